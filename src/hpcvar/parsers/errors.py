@@ -1,0 +1,23 @@
+"""The one error type every reader raises for bad input.
+
+A ``ParseError`` always names the file and, where it makes sense, the 1-based line, and says
+what was expected, so a user can open the file at that line and see the problem.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class ParseError(ValueError):
+    """Bad input in a raw file: truncated, wrong format, malformed row, missing field."""
+
+    def __init__(self, path: str | Path, message: str, line: int | None = None):
+        self.path = str(path)
+        self.line = line
+        self.message = message
+        where = f"{self.path}:{line}" if line is not None else self.path
+        super().__init__(f"{where}: {message}")
+
+    def as_dict(self) -> dict:
+        return {"file": self.path, "line": self.line, "error": self.message}
