@@ -1,0 +1,200 @@
+"""The tidy dataset's schema: tables, columns, types, keys, and what each column means.
+
+This module is the single definition; ``docs/dataset.md`` is generated from it
+(``hpcvar schema --markdown``) and :mod:`hpcvar.dataset` validates every table against it
+before anything is written.
+
+All times are UTC. Every table is keyed by ``run_id`` (plus its own key columns), so tables
+join like LLNL Thicket's profile key: one row of ``runs`` per run, many rows elsewhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+import pyarrow as pa
+
+TS = pa.timestamp("us", tz="UTC")
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: pa.DataType
+    doc: str
+    nullable: bool = True
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    doc: str
+    key: tuple[str, ...]
+    columns: tuple[Column, ...]
+
+    @property
+    def arrow_schema(self) -> pa.Schema:
+        return pa.schema([pa.field(c.name, c.type, nullable=c.nullable) for c in self.columns])
+
+    @property
+    def column_names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+
+def _c(name, type_, doc, nullable=True):
+    return Column(name, type_, doc, nullable)
+
+
+RUNS = Table(
+    "runs",
+    "One row per run of one of our datasets (one job).",
+    ("run_id",),
+    (
+        _c("run_id", pa.string(), "Stable run identifier: `<system>-<job id>`.", False),
+        _c("system", pa.string(), "System name from the campaign's system.yaml.", False),
+        _c("app", pa.string(), "Application: amg, milc, minivite, umt, or a microbenchmark name.", False),
+        _c("dataset", pa.string(), "Dataset = app + node count + input, e.g. `milc-128`.", False),
+        _c("input", pa.string(), "Application input (command-line parameters or input deck)."),
+        _c("num_nodes", pa.int32(), "Nodes allocated to the run.", False),
+        _c("job_id", pa.string(), "Slurm job id.", False),
+        _c("user", pa.string(), "Submitting user, pseudonymised (salted HMAC) unless anonymisation is off."),
+        _c("submit", TS, "Job submit time (sacct Submit)."),
+        _c("start", TS, "Job start time (sacct Start).", False),
+        _c("end", TS, "Job end time (sacct End).", False),
+        _c("total_time_s", pa.float64(), "Sum of per-step durations (the paper's run time t_r).", False),
+        _c("elapsed_s", pa.float64(), "Wall time of the whole job from sacct Elapsed."),
+        _c("num_steps", pa.int32(), "Number of time steps recorded.", False),
+        _c("state", pa.string(), "Slurm state of the job (COMPLETED, FAILED, TIMEOUT, CANCELLED...).", False),
+        _c("node_list", pa.list_(pa.string()), "Expanded list of the job's nodes.", False),
+        _c("num_routers", pa.int32(), "Distinct routers the job's nodes attach to (NUM_ROUTERS).", False),
+        _c("num_groups", pa.int32(), "Distinct dragonfly groups of the job's nodes (NUM_GROUPS).", False),
+        _c("locality", pa.string(), "Placement class: single-router, single-group, min-groups, fragmented.", False),
+        _c("software", pa.string(), "Software provenance: source version or build spec."),
+        _c("container", pa.string(), "Container image digest when run in Apptainer, else null."),
+        _c("raw_dir", pa.string(), "Run directory the row was collated from, relative to the raw campaign dir."),
+    ),
+)
+
+STEPS = Table(
+    "steps",
+    "One row per run and time step (loop iteration) of the application.",
+    ("run_id", "step"),
+    (
+        _c("run_id", pa.string(), "Run identifier (see runs).", False),
+        _c("step", pa.int32(), "1-based step index.", False),
+        _c("start", TS, "Step start (from the timestamped application output)."),
+        _c("end", TS, "Step end."),
+        _c("duration_s", pa.float64(), "Step duration in seconds.", False),
+    ),
+)
+
+STEP_COUNTERS = Table(
+    "step_counters",
+    "Change of each network counter over each step, summed over the routers serving the job's nodes.",
+    ("run_id", "step", "counter"),
+    (
+        _c("run_id", pa.string(), "Run identifier.", False),
+        _c("step", pa.int32(), "1-based step index.", False),
+        _c("counter", pa.string(), "Table II abbreviation, e.g. RT_RB_STL, PT_FLIT_TOT (derived ones included).", False),
+        _c("value", pa.float64(), "Counter change over the step.", False),
+    ),
+)
+
+SYSTEM_COUNTERS = Table(
+    "system_counters",
+    "LDMS system-wide counters per run and step, averaged per router over two router sets: `io` "
+    "(routers serving I/O nodes) and `sys` (routers with none of the job's nodes).",
+    ("run_id", "step", "scope", "counter"),
+    (
+        _c("run_id", pa.string(), "Run identifier.", False),
+        _c("step", pa.int32(), "1-based step index.", False),
+        _c("scope", pa.string(), "`io` or `sys`.", False),
+        _c("counter", pa.string(), "Table II abbreviation.", False),
+        _c("value", pa.float64(), "Mean change per router over the step's window.", False),
+        _c("num_routers", pa.int32(), "Routers of the scope that reported in the window.", False),
+    ),
+)
+
+MPI_PROFILE = Table(
+    "mpi_profile",
+    "mpiP profile per run: one row per MPI routine, with the run's application and MPI time.",
+    ("run_id", "routine"),
+    (
+        _c("run_id", pa.string(), "Run identifier.", False),
+        _c("routine", pa.string(), "MPI routine as mpiP names it (Allreduce, Waitall, ...).", False),
+        _c("time_s", pa.float64(), "Time in the routine, summed over ranks (mpiP aggregate).", False),
+        _c("calls", pa.int64(), "Number of calls summed over ranks, when mpiP reports it."),
+        _c("mpi_pct", pa.float64(), "Share of MPI time in this routine (%)."),
+        _c("app_time_s", pa.float64(), "Application time summed over ranks (mpiP `*` AppTime).", False),
+        _c("mpi_time_s", pa.float64(), "MPI time summed over ranks (mpiP `*` MPITime).", False),
+        _c("ntasks", pa.int32(), "MPI tasks in the profile.", False),
+    ),
+)
+
+NEIGHBOURHOOD = Table(
+    "neighbourhood",
+    "Every other job whose execution overlapped a run (from sacct of all users).",
+    ("run_id", "job_id"),
+    (
+        _c("run_id", pa.string(), "Run identifier.", False),
+        _c("job_id", pa.string(), "The other job's Slurm id.", False),
+        _c("user", pa.string(), "The other job's user, pseudonymised unless anonymisation is off.", False),
+        _c("num_nodes", pa.int32(), "The other job's node count.", False),
+        _c("overlap_s", pa.float64(), "Seconds both jobs were running.", False),
+        _c("shared_groups", pa.int32(), "Dragonfly groups holding nodes of both jobs.", False),
+        _c("shared_routers", pa.int32(), "Routers serving nodes of both jobs.", False),
+    ),
+)
+
+TABLES: dict[str, Table] = {t.name: t for t in (RUNS, STEPS, STEP_COUNTERS, SYSTEM_COUNTERS, MPI_PROFILE, NEIGHBOURHOOD)}
+
+
+class SchemaError(ValueError):
+    """A table does not match its schema (missing column, wrong type, null key, duplicate key)."""
+
+
+def conform(table: Table, df: pd.DataFrame, origin: str = "") -> pa.Table:
+    """Check ``df`` against ``table``'s schema and return it as an Arrow table in schema order.
+
+    Raises :class:`SchemaError` naming the table, the column and (for duplicates/nulls) a
+    offending key, so the user knows exactly what was wrong.
+    """
+    where = f"{table.name}{f' from {origin}' if origin else ''}"
+    missing = [c for c in table.column_names if c not in df.columns]
+    required_missing = [c.name for c in table.columns if c.name in missing and not c.nullable]
+    if required_missing:
+        raise SchemaError(f"{where}: missing required columns {required_missing}")
+    extra = sorted(set(df.columns) - set(table.column_names))
+    if extra:
+        raise SchemaError(f"{where}: unknown columns {extra} (schema: {table.column_names})")
+    df = df.copy()
+    for c in missing:
+        df[c] = None
+    for col in table.columns:
+        if not col.nullable and df[col.name].isna().any():
+            bad = df.loc[df[col.name].isna(), list(table.key)].head(1).to_dict("records")
+            raise SchemaError(f"{where}: column {col.name!r} must not be null (first offending key: {bad})")
+    dup = df.duplicated(list(table.key), keep=False)
+    if dup.any():
+        bad = df.loc[dup, list(table.key)].head(1).to_dict("records")
+        raise SchemaError(f"{where}: duplicate key {list(table.key)} = {bad}")
+    try:
+        return pa.Table.from_pandas(df[table.column_names], schema=table.arrow_schema, preserve_index=False)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:
+        raise SchemaError(f"{where}: {exc}") from exc
+
+
+def markdown() -> str:
+    """The schema as Markdown (the body of docs/dataset.md)."""
+    out = ["# The tidy dataset", "",
+           "Generated from `src/hpcvar/schema.py` by `hpcvar schema --markdown`; do not edit by hand.", "",
+           "Stored as Parquet under `<dataset dir>/<table>/part-*.parquet` (one part per collation "
+           "round, never rewritten). All times are UTC. Read a table with "
+           "`hpcvar.dataset.Dataset(path).read('runs')` or `pandas.read_parquet('<dir>/runs')`.", ""]
+    for t in TABLES.values():
+        out += [f"## `{t.name}`", "", t.doc, "", f"Key: `{', '.join(t.key)}`", "",
+                "| column | type | null | meaning |", "|---|---|---|---|"]
+        out += [f"| `{c.name}` | {c.type} | {'yes' if c.nullable else 'no'} | {c.doc} |" for c in t.columns]
+        out.append("")
+    return "\n".join(out)

@@ -1,0 +1,205 @@
+"""Where every node sits in a dragonfly network, and the placement features of a node list.
+
+Owns the mapping node -> router -> group (plus the router's position in its group and whether
+the router serves I/O nodes), read from one of three sources:
+
+- Cray XC cnames (``c{col}-{row}c{chassis}s{slot}n{node}``): one Aries router per blade
+  (cabinet, chassis, slot), one dragonfly group per cabinet pair, chassis = row of the group's
+  6x16 router grid and slot = column;
+- a Slurm ``topology.conf`` (tree plugin): leaf switches are routers, their parents are groups;
+- a simple CSV or YAML map with columns ``node,router,group`` (optional ``role``, ``row``, ``col``).
+
+and computes the paper's placement features for a job: ``num_routers``, ``num_groups`` and a
+locality class.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import hostlist
+import pandas as pd
+import yaml
+
+from hpcvar.parsers.errors import ParseError
+
+CNAME_RE = re.compile(r"^c(?P<col>\d+)-(?P<row>\d+)c(?P<chassis>\d+)s(?P<slot>\d+)n(?P<node>\d+)$")
+
+#: Locality classes, from most to least compact.
+LOCALITY_CLASSES = ("single-router", "single-group", "min-groups", "fragmented")
+
+
+@dataclass(frozen=True)
+class NodeLocation:
+    router: str
+    group: str
+    role: str = "compute"  # "compute" or "io"
+
+
+def cname_location(name: str) -> NodeLocation:
+    """Router and group of a Cray XC node from its cname (``c3-1c2s7n1``)."""
+    m = CNAME_RE.match(name)
+    if not m:
+        raise ValueError(f"not a Cray XC cname: {name!r} (expected c<col>-<row>c<chassis>s<slot>n<node>)")
+    col, row, chassis, slot = (int(m[k]) for k in ("col", "row", "chassis", "slot"))
+    # Two adjacent cabinets of a row form one electrical group on XC systems.
+    return NodeLocation(router=f"c{col}-{row}c{chassis}s{slot}", group=f"g{row}-{col // 2}")
+
+
+class Topology:
+    """Node -> router/group map with the placement features the analyses use."""
+
+    def __init__(self, table: pd.DataFrame, nodes_per_router: int | None = None, source: str = ""):
+        missing = {"node", "router", "group"} - set(table.columns)
+        if missing:
+            raise ValueError(f"topology {source or 'table'} lacks columns {sorted(missing)}")
+        table = table.copy()
+        if "role" not in table.columns:
+            table["role"] = "compute"
+        table["role"] = table["role"].fillna("compute").astype(str)
+        dup = table["node"][table["node"].duplicated()]
+        if len(dup):
+            raise ValueError(f"topology {source or 'table'} lists node {dup.iloc[0]!r} twice")
+        self.table = table.set_index("node", drop=False)
+        self.source = source
+        per_router = table.groupby("router").size()
+        self.nodes_per_router = nodes_per_router or int(per_router.max())
+        self.nodes_per_group = int(table.groupby("group").size().max())
+        self.io_routers = frozenset(table.loc[table["role"] == "io", "router"])
+        self.routers = tuple(pd.unique(table["router"]))
+        self.groups = tuple(pd.unique(table["group"]))
+        self._router = dict(zip(table["node"], table["router"]))
+        self._group = dict(zip(table["node"], table["group"]))
+
+    # --- construction -----------------------------------------------------------------
+    @classmethod
+    def from_cnames(cls, names: Iterable[str], io_nodes: Iterable[str] = ()) -> "Topology":
+        io = set(io_nodes)
+        rows = []
+        for name in names:
+            loc = cname_location(name)
+            rows.append({"node": name, "router": loc.router, "group": loc.group,
+                         "role": "io" if name in io else "compute"})
+        return cls(pd.DataFrame(rows), source="cnames")
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> "Topology":
+        """Read a topology map: ``*.csv``, ``*.yaml``/``*.yml`` or a Slurm ``topology.conf``."""
+        path = Path(path)
+        if path.suffix == ".csv":
+            return cls._from_csv(path)
+        if path.suffix in (".yaml", ".yml"):
+            return cls._from_yaml(path)
+        return cls._from_slurm_conf(path)
+
+    @classmethod
+    def _from_csv(cls, path: Path) -> "Topology":
+        with open(path, newline="") as fh:
+            reader = csv.DictReader(line for line in fh if not line.startswith("#"))
+            rows = list(reader)
+        if not rows:
+            raise ParseError(path, "topology CSV has no rows (expected header node,router,group[,role])", 1)
+        missing = {"node", "router", "group"} - set(rows[0])
+        if missing:
+            raise ParseError(path, f"topology CSV lacks columns {sorted(missing)}", 1)
+        return cls(pd.DataFrame(rows), source=str(path))
+
+    @classmethod
+    def _from_yaml(cls, path: Path) -> "Topology":
+        """YAML map: ``groups: {g0: {routers: {r0: {nodes: "nid[0-3]", role: io}}}}``."""
+        doc = yaml.safe_load(path.read_text())
+        if not isinstance(doc, dict) or "groups" not in doc:
+            raise ParseError(path, "topology YAML needs a top-level 'groups' mapping", 1)
+        rows = []
+        for group, gdef in doc["groups"].items():
+            for router, rdef in (gdef or {}).get("routers", {}).items():
+                for node in hostlist.expand_hostlist(rdef["nodes"]):
+                    rows.append({"node": node, "router": str(router), "group": str(group),
+                                 "role": rdef.get("role", "compute")})
+        return cls(pd.DataFrame(rows), source=str(path))
+
+    @classmethod
+    def _from_slurm_conf(cls, path: Path) -> "Topology":
+        """Slurm tree topology: leaf switches (with ``Nodes=``) are routers, their parent switch is the group.
+
+        A leaf switch without a parent becomes its own group. ``io`` routers are not expressible in
+        topology.conf; pass ``io_routers`` to :meth:`with_io_routers` if needed.
+        """
+        leaves: dict[str, list[str]] = {}
+        parent: dict[str, str] = {}
+        for lineno, raw in enumerate(path.read_text().splitlines(), 1):
+            line = raw.split("#", 1)[0].strip()
+            if not line:
+                continue
+            fields = dict(tok.split("=", 1) for tok in line.split() if "=" in tok)
+            name = fields.get("SwitchName")
+            if not name:
+                raise ParseError(path, f"expected 'SwitchName=...' in topology.conf line {raw!r}", lineno)
+            try:
+                if "Nodes" in fields:
+                    leaves[name] = hostlist.expand_hostlist(fields["Nodes"])
+                if "Switches" in fields:
+                    for child in hostlist.expand_hostlist(fields["Switches"]):
+                        parent[child] = name
+            except hostlist.BadHostlist as exc:
+                raise ParseError(path, f"bad hostlist: {exc}", lineno) from exc
+        if not leaves:
+            raise ParseError(path, "no leaf switch with 'Nodes=' found; not a Slurm topology.conf?")
+        rows = [{"node": n, "router": sw, "group": parent.get(sw, sw)} for sw, ns in leaves.items() for n in ns]
+        return cls(pd.DataFrame(rows), source=str(path))
+
+    def with_io_routers(self, routers: Iterable[str]) -> "Topology":
+        table = self.table.reset_index(drop=True)
+        table.loc[table["router"].isin(set(routers)), "role"] = "io"
+        return Topology(table, self.nodes_per_router, self.source)
+
+    # --- queries --------------------------------------------------------------------------
+    def __contains__(self, node: str) -> bool:
+        return node in self._router
+
+    def router_of(self, node: str) -> str:
+        return self._router[node]
+
+    def group_of(self, node: str) -> str:
+        return self._group[node]
+
+    def unknown_nodes(self, nodes: Iterable[str]) -> list[str]:
+        return [n for n in nodes if n not in self._router]
+
+    def routers_of(self, nodes: Iterable[str]) -> set[str]:
+        return {self._router[n] for n in nodes if n in self._router}
+
+    def groups_of(self, nodes: Iterable[str]) -> set[str]:
+        return {self._group[n] for n in nodes if n in self._group}
+
+    def placement(self, nodes: Iterable[str]) -> dict:
+        """The paper's placement features of a job's node list.
+
+        ``num_routers``/``num_groups`` count distinct routers/groups; ``locality`` is one of
+        :data:`LOCALITY_CLASSES`: all nodes on one router, within one group, spread over the
+        fewest groups that could hold the job, or fragmented over more groups than needed.
+        """
+        nodes = list(nodes)
+        unknown = self.unknown_nodes(nodes)
+        if unknown:
+            raise KeyError(f"nodes not in topology {self.source}: {hostlist.collect_hostlist(unknown[:20])}")
+        routers = self.routers_of(nodes)
+        groups = self.groups_of(nodes)
+        if len(routers) <= 1:
+            locality = "single-router"
+        elif len(groups) == 1:
+            locality = "single-group"
+        elif len(groups) <= math.ceil(len(nodes) / self.nodes_per_group):
+            locality = "min-groups"
+        else:
+            locality = "fragmented"
+        return {"num_routers": len(routers), "num_groups": len(groups), "locality": locality}
+
+    def to_csv(self, path: str | Path) -> None:
+        cols = [c for c in ("node", "router", "group", "role", "row", "col", "cname") if c in self.table.columns]
+        self.table[cols].to_csv(path, index=False)
