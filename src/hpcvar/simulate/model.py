@@ -1,0 +1,164 @@
+"""How a run of one of our datasets behaves: per-step times, network counters, MPI profile.
+
+Planted causes (what ``truth.json`` records and the analyses must recover):
+
+- **Culprit users**: while a culprit of this dataset has a large job running, the run's
+  congestion ``z1`` rises by that user's strength. Other large users raise a *benign* traffic
+  level ``z2`` that shows in counters but does not slow the run.
+- **Counters**: the dataset's driver counters respond strongly to ``z1``; all counters respond to
+  ``z2`` (so counters are correlated with each other), and every counter has its own noise.
+- **Unexplained congestion**: an AR(1) component of ``z1`` that only the driver counters see.
+- **I/O traffic** (system-wide, smooth): slows MILC with a lag, and is what the I/O routers'
+  LDMS counters record, so it carries forecastable signal.
+- **Placement**: fragmentation beyond the minimum number of groups adds a little.
+- **Noise**: multiplicative log-normal noise of ``preset.noise`` on every step; the best
+  achievable per-step error is measured, not assumed, as the mean |t - t_noise_free| / t.
+
+Counter values are per-step changes at the step's *nominal* length, summed over the job's
+routers: the deviation they carry is the congestion level, not the realised step length.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hpcvar.simulate.presets import DatasetSpec
+
+# Raw (tile-less) Aries counters written to counters.csv, with a base rate per router-second.
+RT_FLIT = tuple(f"AR_RTR_INQ_PRF_INCOMING_FLIT_VC{i}" for i in range(8))
+RT_PKT = tuple(f"AR_RTR_INQ_PRF_INCOMING_PKT_VC{i}_FILTER_FLIT{i}_CNT" for i in range(8))
+RAW_COUNTERS: dict[str, float] = {
+    **{c: 4.0e6 for c in RT_FLIT},
+    **{c: 1.0e6 for c in RT_PKT},
+    "AR_RTR_INQ_PRF_ROWBUS_2X_USAGE_CNT": 2.0e5,
+    "AR_RTR_INQ_PRF_ROWBUS_STALL_CNT": 8.0e6,
+    "AR_RTR_PT_COLBUF_PERF_STALL_RQ": 3.0e5,
+    "AR_RTR_PT_COLBUF_PERF_STALL_RS": 2.5e5,
+    "AR_RTR_PT_INQ_PRF_INCOMING_FLIT_VC0": 6.0e6,
+    "AR_RTR_PT_INQ_PRF_INCOMING_FLIT_VC4": 5.0e6,
+    "AR_RTR_PT_INQ_PRF_INCOMING_PKT_VC0_FILTER_FLIT0_CNT": 1.5e6,
+    "AR_RTR_PT_INQ_PRF_INCOMING_PKT_VC4_FILTER_FLIT4_CNT": 1.2e6,
+    "AR_RTR_PT_INQ_PRF_REQ_ROWBUS_STALL_CNT": 4.0e6,
+    "AR_RTR_PT_INQ_PRF_RSP_ROWBUS_STALL_CNT": 3.0e6,
+    "AR_RTR_PT_INQ_PRF_ROWBUS_2X_USAGE_CNT": 1.0e5,
+}
+# Table II abbreviation -> the raw columns that make it (a driver loads on all of them).
+ABBREV_COLUMNS = {
+    "RT_FLIT_TOT": RT_FLIT,
+    "RT_PKT_TOT": RT_PKT,
+    "RT_RB_STL": ("AR_RTR_INQ_PRF_ROWBUS_STALL_CNT",),
+    "RT_RB_2X_USG": ("AR_RTR_INQ_PRF_ROWBUS_2X_USAGE_CNT",),
+    "PT_CB_STL_RQ": ("AR_RTR_PT_COLBUF_PERF_STALL_RQ",),
+    "PT_CB_STL_RS": ("AR_RTR_PT_COLBUF_PERF_STALL_RS",),
+    "PT_FLIT_VC0": ("AR_RTR_PT_INQ_PRF_INCOMING_FLIT_VC0",),
+    "PT_FLIT_VC4": ("AR_RTR_PT_INQ_PRF_INCOMING_FLIT_VC4",),
+    "PT_RB_STL_RQ": ("AR_RTR_PT_INQ_PRF_REQ_ROWBUS_STALL_CNT",),
+    "PT_RB_STL_RS": ("AR_RTR_PT_INQ_PRF_RSP_ROWBUS_STALL_CNT",),
+    "PT_RB_2X_USG": ("AR_RTR_PT_INQ_PRF_ROWBUS_2X_USAGE_CNT",),
+}
+# LDMS system-wide counters (router-level sums, one column each) and what drives them.
+LDMS_COUNTERS = ("AR_RTR_INQ_PRF_INCOMING_FLIT_TOTAL", "AR_RTR_INQ_PRF_ROWBUS_STALL_CNT",
+                 "AR_RTR_PT_INQ_PRF_INCOMING_FLIT_TOTAL", "AR_RTR_PT_INQ_PRF_REQ_ROWBUS_STALL_CNT")
+LDMS_RATES = np.array([3.0e7, 8.0e6, 1.1e7, 4.0e6])
+
+# MPI routines and their share of MPI time per app (the paper's Figures 4-5).
+MPI_ROUTINES = {
+    "amg": {"Iprobe": 0.24, "Test": 0.2, "Testall": 0.18, "Waitall": 0.22, "Allreduce": 0.12, "Isend": 0.04},
+    "milc": {"Allreduce": 0.34, "Wait": 0.36, "Isend": 0.16, "Irecv": 0.14},
+    "minivite": {"Waitall": 0.92, "Allreduce": 0.04, "Isend": 0.02, "Irecv": 0.02},
+    "umt": {"Allreduce": 0.42, "Barrier": 0.3, "Wait": 0.2, "Isend": 0.08},
+}
+
+STRONG, WEAK, BENIGN_DRIVER, BENIGN_OTHER = 1.0, 0.12, 0.15, 0.7
+PLACEMENT_EFFECT = 0.15
+IO_LAG_S = 60.0
+
+
+def step_profile(ds: DatasetSpec, rng: np.random.Generator) -> np.ndarray:
+    """Mean time per step (Figure 3): warm-up steps, then a gently varying regular profile."""
+    regular = ds.step_s * (1 + 0.08 * np.sin(np.linspace(0, 3, ds.steps - ds.warmup_steps)))
+    return np.concatenate([np.full(ds.warmup_steps, ds.warmup_s), regular])
+
+
+def loadings(ds: DatasetSpec) -> tuple[dict[str, float], dict[str, float]]:
+    """Per raw counter: loading on congestion z1 and on benign traffic z2."""
+    a = dict.fromkeys(RAW_COUNTERS, WEAK)
+    b = dict.fromkeys(RAW_COUNTERS, BENIGN_OTHER)
+    for rank, abbrev in enumerate(ds.drivers):
+        for col in ABBREV_COLUMNS[abbrev]:
+            a[col] = STRONG if rank == 0 else STRONG * 0.6
+            b[col] = BENIGN_DRIVER
+    return a, b
+
+
+@dataclass
+class RunResult:
+    step_start: np.ndarray   # epoch seconds
+    step_end: np.ndarray
+    noise_free: np.ndarray   # step durations without noise
+    counters: dict[str, np.ndarray]
+    z1: np.ndarray
+    culprit_share: np.ndarray  # part of z1 due to culprits, per step
+    compute_s: float           # per-rank compute time over the run
+    mpi_s: float               # per-rank MPI time over the run
+    routines: dict[str, float]
+
+
+def simulate_run(ds: DatasetSpec, profile: np.ndarray, t_start: float, num_routers: int, frag: float,
+                 active_culprit, active_benign, io_level, noise: float, counter_noise: float,
+                 rng: np.random.Generator) -> RunResult:
+    """Step through one run. ``active_*(t)`` give culprit/benign intensity at time t;
+    ``io_level(t)`` the system's I/O traffic deviation (mean 0)."""
+    n = len(profile)
+    start = np.empty(n)
+    end = np.empty(n)
+    noise_free = np.empty(n)
+    z1 = np.empty(n)
+    z2 = np.empty(n)
+    culprit = np.empty(n)
+    ar1 = ar2 = 0.0
+    t = t_start
+    eps = rng.normal(0, noise, n)
+    for s in range(n):
+        ar1 = 0.8 * ar1 + rng.normal(0, 0.12)
+        ar2 = 0.8 * ar2 + rng.normal(0, 0.15)
+        culprit[s] = active_culprit(t)
+        z1[s] = culprit[s] + max(ar1, 0.0)
+        z2[s] = active_benign(t) + ar2
+        slow = ds.sensitivity * (z1[s] + PLACEMENT_EFFECT * frag) + ds.io_sensitivity * io_level(t - IO_LAG_S)
+        noise_free[s] = profile[s] * max(1 + slow, 0.5)
+        start[s] = t
+        t += noise_free[s] * np.exp(eps[s])
+        end[s] = t
+    a, b = loadings(ds)
+    counters = {}
+    for col, rate in RAW_COUNTERS.items():
+        eta = rng.normal(0, counter_noise, n)
+        counters[col] = num_routers * profile * rate * np.exp(a[col] * z1 + b[col] * z2 + eta)
+    total = float((end - start).sum())
+    compute = float(profile.sum() * (1 - ds.mpi_fraction) * np.exp(rng.normal(0, 0.01)))
+    mpi = max(total - compute, 0.0)
+    shares = MPI_ROUTINES[ds.app]
+    jitter = rng.dirichlet(np.array(list(shares.values())) * 200)
+    routines = {r: mpi * w for r, w in zip(shares, jitter)}
+    return RunResult(start, end, noise_free, counters, z1, culprit, compute, mpi, routines)
+
+
+class OUProcess:
+    """A smooth, mean-zero Ornstein-Uhlenbeck signal on a fixed grid (system I/O traffic)."""
+
+    def __init__(self, t0: float, t1: float, rng: np.random.Generator, dt: float = 60.0,
+                 tau: float = 1800.0, sigma: float = 0.6):
+        n = int((t1 - t0) / dt) + 2
+        phi = np.exp(-dt / tau)
+        shocks = rng.normal(0, sigma * np.sqrt(1 - phi**2), n)
+        x = np.empty(n)
+        x[0] = rng.normal(0, sigma)
+        for i in range(1, n):
+            x[i] = phi * x[i - 1] + shocks[i]
+        self.t0, self.dt, self.x = t0, dt, x
+
+    def __call__(self, t):
+        return np.interp(t, self.t0 + self.dt * np.arange(len(self.x)), self.x)
