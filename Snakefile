@@ -1,0 +1,15 @@
+# hpcvar: performance-variability campaigns. The rules live in workflow/rules/; configuration is
+# config/config.yaml, validated against workflow/schemas/config.schema.yaml (see config/README.md).
+
+configfile: "config/config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/simulate.smk"
+include: "workflow/rules/collate.smk"
+
+
+rule all:
+    input:
+        f"{RESULTS}/summary.txt",
+    default_target: True

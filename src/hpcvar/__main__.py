@@ -1,0 +1,5 @@
+import sys
+
+from hpcvar.cli import main
+
+sys.exit(main())

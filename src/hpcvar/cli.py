@@ -1,0 +1,131 @@
+"""The ``hpcvar`` command line: one subcommand per step of the pipeline."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _kv(items: list[str]) -> dict:
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise SystemExit(f"--set expects FIELD=VALUE, got {item!r}")
+        k, v = item.split("=", 1)
+        out[k] = v
+    return out
+
+
+def cmd_simulate(a) -> int:
+    from hpcvar.simulate import simulate
+
+    truth = simulate(a.preset, seed=a.seed, out=a.out, overrides=_kv(a.set))
+    runs = sum(d["runs"] for d in truth["datasets"].values())
+    print(f"simulated {runs} runs of {len(truth['datasets'])} datasets on '{truth['system']}' -> {a.out}")
+    return 0
+
+
+def cmd_collate(a) -> int:
+    from hpcvar.anonymise import Pseudonymiser, load_salt
+    from hpcvar.collate import collate
+    from hpcvar.parsers.errors import ParseError
+    from hpcvar.summary import format_summary
+
+    pseudo = Pseudonymiser(load_salt(a.salt_file) if a.anonymise else None, enabled=a.anonymise)
+    try:
+        result = collate(a.raw, a.out, pseudo)
+    except ParseError as exc:
+        print(f"hpcvar collate: {exc}", file=sys.stderr)
+        return 2
+    r = result.as_dict()
+    print(f"collated {r['new_runs']} new runs ({r['skipped_already_collated']} already collated, "
+          f"{len(r['incomplete'])} incomplete, {len(r['failed'])} failed, {len(r['quarantined'])} quarantined)")
+    for q in result.quarantined:
+        print(f"  quarantined: {q['error'] if 'error' in q else q}", file=sys.stderr)
+    if a.summary:
+        Path(a.summary).write_text(format_summary(a.out))
+    return 0
+
+
+def cmd_inspect(a) -> int:
+    from hpcvar.parsers import inspect
+
+    results = [inspect(p) for p in a.files]
+    if a.json:
+        print(json.dumps(results, indent=1, default=str))
+    else:
+        for r in results:
+            if not r["ok"]:
+                print(f"{r['file']}: ERROR {r['error']}")
+                continue
+            span = r.get("time_span")
+            print(f"{r['file']}: {r['kind']} (format {r.get('format_version') or '?'}), {r['records']} records"
+                  + (f", {span[0]} .. {span[1]}" if span else ""))
+            for k, v in r.get("figures", {}).items():
+                print(f"    {k}: {v}")
+    return 0 if all(r["ok"] for r in results) else 1
+
+
+def cmd_summary(a) -> int:
+    from hpcvar.summary import format_summary
+
+    text = format_summary(a.dataset)
+    if a.out:
+        Path(a.out).write_text(text)
+    print(text, end="")
+    return 0
+
+
+def cmd_schema(a) -> int:
+    from hpcvar.schema import markdown
+
+    print(markdown())
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="hpcvar", description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    s = sub.add_parser("simulate", help="write a simulated campaign's raw files (with truth.json)")
+    s.add_argument("--preset", default="demo", help="demo (default) or paper")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--out", required=True, help="raw campaign directory to (re)create")
+    s.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                   help="override a preset field, e.g. --set days=30 (repeatable)")
+    s.set_defaults(func=cmd_simulate)
+
+    s = sub.add_parser("collate", help="parse a raw campaign directory into the tidy Parquet dataset")
+    s.add_argument("raw", help="raw campaign directory (system.yaml, runs/, ldms/, perflogs/)")
+    s.add_argument("--out", required=True, help="dataset directory (appended to, never rewritten)")
+    s.add_argument("--salt-file", default=".hpcvar-salt", help="salt for user pseudonyms (created if absent)")
+    s.add_argument("--no-anonymise", dest="anonymise", action="store_false",
+                   help="keep real user names (only for private use; off by default)")
+    s.add_argument("--summary", help="also write the text summary to this file")
+    s.set_defaults(func=cmd_collate)
+
+    s = sub.add_parser("inspect", help="detect, parse and describe raw files (or show the error)")
+    s.add_argument("files", nargs="+")
+    s.add_argument("--json", action="store_true", help="machine-readable output")
+    s.set_defaults(func=cmd_inspect)
+
+    s = sub.add_parser("summary", help="runs per dataset and the spread of run times")
+    s.add_argument("dataset")
+    s.add_argument("--out", help="also write it to this file")
+    s.set_defaults(func=cmd_summary)
+
+    s = sub.add_parser("schema", help="print the dataset schema as Markdown")
+    s.add_argument("--markdown", action="store_true", help="(the only format; accepted for clarity)")
+    s.set_defaults(func=cmd_schema)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

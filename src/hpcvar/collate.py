@@ -1,0 +1,335 @@
+"""Raw campaign directory -> tidy dataset (``hpcvar collate RAW_DIR --out DATASET_DIR``).
+
+Reads the raw layout documented in ``docs/raw-layout.md``: ``system.yaml``, the topology map,
+``runs/<run_id>/`` directories (each complete only once its ``manifest.json`` exists), ReFrame
+perflogs, and LDMS store_csv files. For every run not yet in the dataset it parses the run's
+files; a run whose files are bad is quarantined as a whole (file, line, error) and the rest
+collate. Runs whose Slurm state is not COMPLETED are recorded as failed, not collated as data.
+System-wide LDMS counters are aggregated per run step in one streaming pass over the LDMS files.
+
+Collation is idempotent: runs already in the dataset are skipped, so re-running gives identical
+tables, and appending a round never rewrites earlier parts.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import hostlist
+import numpy as np
+import pandas as pd
+import yaml
+
+from hpcvar import aries
+from hpcvar.anonymise import Pseudonymiser
+from hpcvar.dataset import Dataset
+from hpcvar.parsers import apps, ldms, mpip, reframe, sacct
+from hpcvar.parsers import counters as counter_files
+from hpcvar.parsers.errors import ParseError
+from hpcvar.progress import Progress
+from hpcvar.simulate import sha256
+from hpcvar.topology import Topology
+
+
+@dataclass
+class RunData:
+    run: dict
+    steps: pd.DataFrame
+    step_counters: pd.DataFrame
+    mpi_profile: pd.DataFrame
+    neighbourhood: pd.DataFrame
+    routers: set[str]
+
+
+@dataclass
+class CollateResult:
+    new_runs: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)       # already collated
+    incomplete: list[str] = field(default_factory=list)    # no manifest yet
+    failed: list[dict] = field(default_factory=list)       # Slurm state not COMPLETED
+    quarantined: list[dict] = field(default_factory=list)  # bad input
+    ldms_files: int = 0
+
+    def as_dict(self) -> dict:
+        return {"new_runs": len(self.new_runs), "skipped_already_collated": len(self.skipped),
+                "incomplete": self.incomplete, "failed": self.failed, "quarantined": self.quarantined,
+                "ldms_files": self.ldms_files}
+
+
+class SystemInfo:
+    """``system.yaml`` of a raw campaign directory."""
+
+    def __init__(self, raw: Path):
+        path = raw / "system.yaml"
+        if not path.exists():
+            raise ParseError(path, "missing: every raw campaign directory needs a system.yaml "
+                                   "(system, timezone, topology[, ldms])")
+        doc = yaml.safe_load(path.read_text()) or {}
+        for key in ("system", "topology"):
+            if key not in doc:
+                raise ParseError(path, f"missing key {key!r}")
+        self.name = str(doc["system"])
+        self.timezone = str(doc.get("timezone", "UTC"))
+        self.topology = raw / doc["topology"]
+        self.ldms = raw / doc["ldms"] if doc.get("ldms") else None
+        self.io_routers = doc.get("io_routers", [])
+
+
+def to_utc(ts: pd.Series | pd.Timestamp, tz: str):
+    """sacct prints local wall-clock time of the cluster: localise, then convert to UTC."""
+    if isinstance(ts, pd.Series):
+        return ts.dt.tz_localize(tz, ambiguous="NaT", nonexistent="shift_forward").dt.tz_convert("UTC")
+    return ts.tz_localize(tz, ambiguous="NaT", nonexistent="shift_forward").tz_convert("UTC")
+
+
+def _check_manifest(run_dir: Path) -> dict:
+    path = run_dir / "manifest.json"
+    try:
+        meta = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ParseError(path, f"invalid JSON: {exc.msg}", exc.lineno) from exc
+    for key in ("run_id", "app", "dataset", "num_nodes", "job_id", "files"):
+        if key not in meta:
+            raise ParseError(path, f"manifest lacks {key!r}")
+    for name, digest in meta["files"].items():
+        f = run_dir / name
+        if not f.exists():
+            raise ParseError(f, "listed in manifest.json but missing")
+        if sha256(f) != digest:
+            raise ParseError(f, "checksum differs from manifest.json: the file changed after the run")
+    return meta
+
+
+def _our_job(jobs: pd.DataFrame, job_id: str, path: Path) -> pd.Series:
+    mine = jobs[(jobs["job_id"] == str(job_id)) & jobs["step"].isna()]
+    if mine.empty:
+        raise ParseError(path, f"job {job_id} (from manifest.json) not found in sacct output")
+    return mine.iloc[-1]
+
+
+def neighbourhood(jobs: pd.DataFrame, me: pd.Series, topo: Topology, my_routers: set, my_groups: set,
+                  window_end: pd.Timestamp) -> pd.DataFrame:
+    """Other users' and our other allocations that ran during [start, end] of our job."""
+    alloc = jobs[jobs["step"].isna() & (jobs["job_id"] != me["job_id"]) & jobs["start"].notna()].copy()
+    end = alloc["end"].fillna(window_end)
+    overlap = (np.minimum(end, me["end"]) - np.maximum(alloc["start"], me["start"])).dt.total_seconds()
+    alloc = alloc.assign(overlap_s=overlap)
+    alloc = alloc[alloc["overlap_s"] > 0]
+    rows = []
+    for j in alloc.itertuples():
+        nodes = j.node_list if isinstance(j.node_list, list) else []
+        rows.append({"job_id": j.job_id, "user": j.user,
+                     "num_nodes": int(j.node_count) if pd.notna(j.node_count) else len(nodes),
+                     "overlap_s": float(j.overlap_s),
+                     "shared_groups": len(topo.groups_of(nodes) & my_groups),
+                     "shared_routers": len(topo.routers_of(nodes) & my_routers)})
+    return pd.DataFrame(rows, columns=["job_id", "user", "num_nodes", "overlap_s", "shared_groups", "shared_routers"])
+
+
+def collate_run(run_dir: Path, system: SystemInfo, topo: Topology, meta: dict) -> RunData | dict:
+    """Parse one complete run directory; returns RunData, or a failure record for non-COMPLETED jobs."""
+    run_id = meta["run_id"]
+    sacct_path = run_dir / "sacct.txt"
+    jobs = sacct.read(sacct_path)
+    for col in ("submit", "start", "end"):
+        if col in jobs.columns:
+            jobs[col] = to_utc(jobs[col], system.timezone)
+    me = _our_job(jobs, meta["job_id"], sacct_path)
+    if me["state"] != "COMPLETED":
+        return {"run_id": run_id, "dataset": meta["dataset"], "job_id": str(meta["job_id"]),
+                "state": me["state"], "file": str(sacct_path), "kind": "failed-run"}
+    nodes = list(me["node_list"])
+    unknown = topo.unknown_nodes(nodes)
+    if unknown:
+        raise ParseError(sacct_path, f"job {me['job_id']} has nodes not in the topology: "
+                                     f"{hostlist.collect_hostlist(unknown[:10])}", int(me["line"]))
+    place = topo.placement(nodes)
+    out = apps.read(run_dir / "stdout.txt")
+    steps = out.steps.copy()
+    if steps.empty:
+        raise ParseError(run_dir / "stdout.txt", "no time steps found")
+    steps = pd.DataFrame({
+        "run_id": run_id, "step": steps["step"].astype("int32"),
+        "start": pd.to_datetime(steps["start"], unit="s", utc=True).dt.round("us"),
+        "end": pd.to_datetime(steps["end"], unit="s", utc=True).dt.round("us"),
+        "duration_s": steps["duration_s"].astype(float)})
+    step_counters = pd.DataFrame(columns=["run_id", "step", "counter", "value"])
+    if (run_dir / "counters.csv").exists():
+        long = counter_files.read(run_dir / "counters.csv")
+        if long["step"].nunique() != len(steps):
+            raise ParseError(run_dir / "counters.csv",
+                             f"{long['step'].nunique()} steps of counters but {len(steps)} steps in stdout.txt")
+        step_counters = long.assign(run_id=run_id)[["run_id", "step", "counter", "value"]]
+    mpi = pd.DataFrame(columns=["run_id", "routine", "time_s", "calls", "mpi_pct", "app_time_s", "mpi_time_s", "ntasks"])
+    reports = sorted(run_dir.glob("*.mpiP"))
+    if reports:
+        rep = mpip.read(reports[0])
+        r = rep.routines
+        mpi = pd.DataFrame({"run_id": run_id, "routine": r["routine"], "time_s": r["time_s"],
+                            "calls": r["count"] if "count" in r else None, "mpi_pct": r["mpi_pct"],
+                            "app_time_s": rep.app_time_s, "mpi_time_s": rep.mpi_time_s, "ntasks": rep.ntasks})
+    my_routers, my_groups = topo.routers_of(nodes), topo.groups_of(nodes)
+    neigh = neighbourhood(jobs, me, topo, my_routers, my_groups, me["end"]).assign(run_id=run_id)
+    run = {
+        "run_id": run_id, "system": system.name, "app": meta["app"], "dataset": meta["dataset"],
+        "input": meta.get("input"), "num_nodes": int(meta["num_nodes"]), "job_id": str(me["job_id"]),
+        "user": me.get("user"), "submit": me.get("submit"), "start": me["start"], "end": me["end"],
+        "total_time_s": float(steps["duration_s"].sum()), "elapsed_s": me.get("elapsed_s"),
+        "num_steps": len(steps), "state": me["state"], "node_list": nodes, **place,
+        "software": meta.get("software"), "container": meta.get("container"),
+        "raw_dir": str(run_dir.relative_to(run_dir.parents[1])),
+    }
+    return RunData(run, steps, step_counters, mpi, neigh, my_routers)
+
+
+def system_counters(ldms_dir: Path, topo: Topology, runs: list[RunData], result: CollateResult) -> pd.DataFrame:
+    """Mean per-router counter change per run step, over I/O routers and over routers without our nodes.
+
+    One streaming pass over all LDMS files; an LDMS interval is attributed to the step containing
+    its end time. Intervals longer than 3x the median sampling interval span a monitoring gap
+    and are not attributed.
+    """
+    files = sorted(p for p in ldms_dir.iterdir() if p.is_file() and not p.name.startswith(".")
+                   and not p.name.endswith(".HEADER"))
+    result.ldms_files = len(files)
+    windows = []
+    for k, rd in enumerate(runs):
+        s = rd.steps
+        if s["start"].isna().any():
+            continue  # untimestamped steps cannot be matched to monitoring data
+        epoch = pd.Timestamp(0, tz="UTC")
+        windows.append((k, (s["start"] - epoch).dt.total_seconds().to_numpy(),
+                        (s["end"] - epoch).dt.total_seconds().to_numpy(), s["step"].to_numpy()))
+    if not windows:
+        return pd.DataFrame()
+    spans = np.array([[w[1][0], w[2][-1]] for w in windows])
+    router_of = topo.table["router"].to_dict()
+    good = list(files)
+    while good:
+        sums: dict[tuple, np.ndarray] = {}
+        reporters: dict[tuple, set] = defaultdict(set)
+        try:
+            metric_names = _aggregate_ldms(good, router_of, topo, runs, windows, spans, sums, reporters)
+            break
+        except ParseError as exc:
+            # Set the bad file aside and aggregate the others again from the start.
+            remaining = [f for f in good if str(f) != exc.path]
+            if len(remaining) == len(good):
+                raise
+            result.quarantined.append({**exc.as_dict(), "kind": "ldms"})
+            good = remaining
+    else:
+        return pd.DataFrame()
+    rows = []
+    names = list(aries.to_table2(pd.DataFrame(columns=metric_names)).columns)
+    for (k, step, scope), total in sums.items():
+        n = len(reporters[(k, step, scope)])
+        for name, v in zip(names, total):
+            rows.append((runs[k].run["run_id"], step, scope, name, float(v) / n, n))
+    return pd.DataFrame(rows, columns=["run_id", "step", "scope", "counter", "value", "num_routers"])
+
+
+def _aggregate_ldms(files, router_of, topo, runs, windows, spans, sums, reporters) -> list[str]:
+    """Stream LDMS deltas once, adding each interval to the (run, step, scope) it falls in."""
+    metric_names: list[str] | None = None
+    bar = Progress("collate: LDMS chunks", 0)
+    for chunk in ldms.iter_deltas(files):
+        bar.step()
+        if metric_names is None:
+            metric_names = [c for c in chunk.columns if aries.is_counter(c)]
+        routers = chunk["producer"].map(router_of)
+        known = routers.notna().to_numpy()
+        chunk, routers = chunk[known], routers[known].to_numpy()
+        if chunk.empty:
+            continue
+        t = chunk["time"].to_numpy()
+        span = t - chunk["t_prev"].to_numpy()
+        gap = span > 3 * np.median(span)
+        values = aries.to_table2(chunk[metric_names]).to_numpy()
+        is_io = np.array([r in topo.io_routers for r in routers])
+        for h in np.flatnonzero((spans[:, 0] <= t.max()) & (spans[:, 1] >= t.min())):
+            k, starts, ends, stepno = windows[h]
+            pos = np.searchsorted(ends, t)  # first step ending at or after t
+            inside = (pos < len(ends)) & ~gap
+            inside &= t > starts[np.minimum(pos, len(ends) - 1)]
+            not_mine = ~np.isin(routers, list(runs[k].routers))
+            for scope, mask in (("io", is_io), ("sys", ~is_io & not_mine)):
+                sel = inside & mask
+                for step_i in np.unique(pos[sel]):
+                    rows = sel & (pos == step_i)
+                    key = (k, int(stepno[step_i]), scope)
+                    sums[key] = sums.get(key, 0) + values[rows].sum(axis=0)
+                    reporters[key].update(routers[rows])
+    return metric_names or []
+
+
+def perflog_provenance(raw: Path, result: CollateResult) -> pd.DataFrame:
+    """ReFrame perflog records of the campaign (for provenance fields the manifests lack)."""
+    frames = []
+    for f in sorted((raw / "perflogs").rglob("*.log")) if (raw / "perflogs").exists() else []:
+        try:
+            frames.append(reframe.read_perflog(f))
+        except ParseError as exc:
+            result.quarantined.append({**exc.as_dict(), "kind": "reframe_perflog"})
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def collate(raw: str | Path, out: str | Path, pseudonymise: Pseudonymiser) -> CollateResult:
+    raw, ds = Path(raw), Dataset(out)
+    system = SystemInfo(raw)
+    topo = Topology.from_file(system.topology)
+    if system.io_routers:
+        topo = topo.with_io_routers(system.io_routers)
+    result = CollateResult()
+    have = ds.run_ids()
+    run_dirs = sorted(p for p in (raw / "runs").iterdir() if p.is_dir()) if (raw / "runs").exists() else []
+    collected: list[RunData] = []
+    bar = Progress("collate: runs", len(run_dirs))
+    for run_dir in run_dirs:
+        bar.step()
+        if not (run_dir / "manifest.json").exists():
+            result.incomplete.append(run_dir.name)
+            continue
+        try:
+            meta = _check_manifest(run_dir)
+            if meta["run_id"] in have:
+                result.skipped.append(meta["run_id"])
+                continue
+            rd = collate_run(run_dir, system, topo, meta)
+        except ParseError as exc:
+            result.quarantined.append({**exc.as_dict(), "run_id": run_dir.name, "kind": "run"})
+            continue
+        if isinstance(rd, dict):
+            result.failed.append(rd)
+        else:
+            collected.append(rd)
+    perflogs = perflog_provenance(raw, result)
+    if not perflogs.empty and "job_id" in perflogs.columns:
+        for rd in collected:
+            hit = perflogs[perflogs["job_id"].astype(str) == rd.run["job_id"]]
+            if rd.run["software"] is None and "version" in hit.columns and len(hit):
+                rd.run["software"] = str(hit["version"].iloc[0])
+    sysc = pd.DataFrame()
+    if collected and system.ldms is not None and system.ldms.exists():
+        sysc = system_counters(system.ldms, topo, collected, result)
+    if collected:
+        runs = pd.DataFrame([rd.run for rd in collected])
+        runs["user"] = pseudonymise.series(runs["user"])
+        neigh = pd.concat([rd.neighbourhood for rd in collected], ignore_index=True)
+        neigh["user"] = pseudonymise.series(neigh["user"])
+        tables = {
+            "runs": runs,
+            "steps": pd.concat([rd.steps for rd in collected], ignore_index=True),
+            "step_counters": pd.concat([rd.step_counters for rd in collected], ignore_index=True),
+            "mpi_profile": pd.concat([rd.mpi_profile for rd in collected], ignore_index=True),
+            "neighbourhood": neigh,
+        }
+        if not sysc.empty:
+            tables["system_counters"] = sysc
+        ds.append(tables, origin=str(raw))
+        result.new_runs = [rd.run["run_id"] for rd in collected]
+    ds.add_quarantine(result.quarantined + result.failed)
+    return result
