@@ -134,7 +134,8 @@ def _header_file(path: Path) -> Path:
         if candidate.is_file():
             return candidate
     names = " or ".join(c.name for c in candidates)
-    raise ParseError(path, f"no header: expected a first line {_HEADER_HINT} or a header file {names}", line=1)
+    raise ParseError(path, f"no header: expected a first line {_HEADER_HINT} or a header file {names}",
+                     line=1)
 
 
 def _parse_header(path: Path, raw: bytes) -> tuple[str, ...]:
@@ -335,7 +336,8 @@ def _columns(table: pa.Table, layout: _Layout, metrics: Sequence[str],
     finite = pc.is_finite(time)
     if pc.any(pc.invert(finite)).as_py():
         row = pc.index(finite, False).as_py()
-        raise ParseError(layout.path, f"{layout.time_column} must be a finite epoch time", line=first_line + row)
+        raise ParseError(layout.path, f"{layout.time_column} must be a finite epoch time",
+                         line=first_line + row)
     columns = {"time": time, "producer": table.column(PRODUCER)}
     for ident in IDS:
         if ident in layout.names:
@@ -367,7 +369,9 @@ def iter_chunks(paths: str | Path | Iterable[str | Path], columns: Sequence[str]
         include = _included(layout, metrics)
         for start, table in _file_chunks(layout, plan.types, include, chunk_rows):
             first_line = layout.skip_rows + start + 1
-            yield pa.Table.from_pydict(_columns(table, layout, metrics, first_line)).to_pandas()
+            frame = pa.Table.from_pydict(_columns(table, layout, metrics, first_line))
+            # split_blocks: one array per column, no copy into a consolidated 2-D block.
+            yield frame.to_pandas(split_blocks=True)
 
 
 def read(path: str | Path) -> pd.DataFrame:
@@ -447,7 +451,8 @@ def _wrap_bounds(dtype: np.dtype, bits: int, fraction: float) -> tuple[object, o
     if low > info.max:
         return None
     # uint64 arithmetic is modulo 2**64, so adding 2**64 is adding 0.
-    return dtype.type(low), dtype.type(min(high, info.max)), dtype.type(top % 2**64 if dtype.kind == "u" else top)
+    modulus = top % 2**64 if dtype.kind == "u" else top
+    return dtype.type(low), dtype.type(min(high, info.max)), dtype.type(modulus)
 
 
 def _counter_delta(value: np.ndarray, prev: np.ndarray, bits: int,
@@ -550,7 +555,10 @@ class _DeltaEngine:
             return rows
         differ = np.zeros(dup.size, dtype=bool)
         for column in [rows.component_id, rows.job_id, *rows.values]:
-            differ |= ~((column[dup] == column[dup - 1]) | (column[dup] != column[dup]))
+            same = column[dup] == column[dup - 1]
+            if column.dtype.kind == "f":
+                same |= np.isnan(column[dup]) & np.isnan(column[dup - 1])
+            differ |= ~same
         if differ.any():
             i = dup[differ][0]
             raise self._error(rows, i, f"two different samples of producer {self.names[rows.pid[i]]!r} at "
@@ -632,7 +640,8 @@ def iter_deltas(paths: str | Path | Iterable[str | Path], metrics: Sequence[str]
         include = _included(layout, chosen)
         for start, table in _file_chunks(layout, plan.types, include, chunk_rows):
             first_line = layout.skip_rows + start + 1
-            out = engine.feed(engine.rows(_columns(table, layout, chosen, first_line), layout.path, first_line))
+            columns = _columns(table, layout, chosen, first_line)
+            out = engine.feed(engine.rows(columns, layout.path, first_line))
             if out is not None:
                 yield out
     out = engine.flush()
