@@ -71,7 +71,13 @@ def to_table2(wide: pd.DataFrame) -> pd.DataFrame:
     source does not give them directly.
     """
     by_base: dict[str, pd.Series] = {}
+    given: dict[str, pd.Series] = {}  # combined abbreviations given directly (e.g. PT_RB_STL)
     for col in wide.columns:
+        if col in SUMS:
+            given[col] = wide[col].astype("float64")
+            continue
+        if not is_counter(col):
+            continue
         b = ABBREV_TO_RAW.get(col, base_name(col))
         by_base[b] = by_base[b] + wide[col] if b in by_base else wide[col].astype("float64")
     out = {RAW[b]: s for b, s in by_base.items() if b in RAW}
@@ -80,7 +86,9 @@ def to_table2(wide: pd.DataFrame) -> pd.DataFrame:
         if abbrev not in out and parts:
             out[abbrev] = sum(parts[1:], parts[0])
     for abbrev, (a, b) in SUMS.items():
-        if a in out and b in out:
+        if abbrev in given:
+            out[abbrev] = given[abbrev]
+        elif a in out and b in out:
             out[abbrev] = out[a] + out[b]
     order = [c for c in TABLE2 if c in out]
     return pd.DataFrame({c: out[c] for c in order}, index=wide.index)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -80,9 +81,9 @@ class Dataset:
                 raise SchemaError(f"{name}: rows for run_ids not in this round's runs table: {sorted(orphans)[:5]}")
         if not new_runs:
             return None
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
-        part = f"part-{stamp}"
+        part = self._new_part_name(arrow)
         written = []
+        tmp = None
         try:
             # Runs last: readers treat a run as collated once it is in `runs`.
             for name in sorted(arrow, key=lambda n: n == "runs"):
@@ -93,17 +94,27 @@ class Dataset:
                 os.replace(tmp, d / f"{part}.parquet")
                 written.append(d / f"{part}.parquet")
         except BaseException:
-            for p in written:
-                p.unlink(missing_ok=True)
+            for p in [*written, tmp]:
+                if p is not None:
+                    p.unlink(missing_ok=True)
             raise
         return part
+
+    def _new_part_name(self, tables) -> str:
+        """A part name no table uses yet: time-ordered, with a random suffix against equal stamps."""
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+        while True:
+            part = f"part-{stamp}-{secrets.token_hex(4)}"
+            if not any((self.path / name / f"{part}.parquet").exists() for name in tables):
+                return part
 
     def add_quarantine(self, entries: list[dict]) -> int:
         """Append entries not already listed (so re-running collation does not repeat them)."""
         seen = {json.dumps(e, sort_keys=True, default=str) for e in self.quarantine()}
-        new = [s for s in (json.dumps(e, sort_keys=True, default=str) for e in entries) if s not in seen]
+        new = list(dict.fromkeys(s for s in (json.dumps(e, sort_keys=True, default=str) for e in entries)
+                                 if s not in seen))
         if new:
             self.path.mkdir(parents=True, exist_ok=True)
             with open(self.path / "quarantine.jsonl", "a") as fh:
-                fh.writelines(s + "\n" for s in dict.fromkeys(new))
+                fh.writelines(s + "\n" for s in new)
         return len(new)

@@ -179,10 +179,21 @@ def conform(table: Table, df: pd.DataFrame, origin: str = "") -> pa.Table:
     if dup.any():
         bad = df.loc[dup, list(table.key)].head(1).to_dict("records")
         raise SchemaError(f"{where}: duplicate key {list(table.key)} = {bad}")
-    try:
-        return pa.Table.from_pandas(df[table.column_names], schema=table.arrow_schema, preserve_index=False)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:
-        raise SchemaError(f"{where}: {exc}") from exc
+    arrays = []
+    for col in table.columns:
+        try:
+            arrays.append(_to_arrow(df[col.name], col.type))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:
+            raise SchemaError(f"{where}: column {col.name!r}: {exc}") from exc
+    return pa.Table.from_arrays(arrays, schema=table.arrow_schema)
+
+
+def _to_arrow(values: pd.Series, type_: pa.DataType) -> pa.Array:
+    if pa.types.is_timestamp(type_):
+        # Naive values are taken as UTC; aware ones converted. Microsecond resolution by schema.
+        ts = pd.to_datetime(values, utc=True)
+        return pa.array(ts.dt.tz_convert(None).to_numpy(), type=pa.timestamp("us")).cast(type_)
+    return pa.array(values, type=type_, from_pandas=True)
 
 
 def markdown() -> str:

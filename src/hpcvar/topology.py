@@ -61,7 +61,7 @@ class Topology:
         table = table.copy()
         if "role" not in table.columns:
             table["role"] = "compute"
-        table["role"] = table["role"].fillna("compute").astype(str)
+        table["role"] = table["role"].fillna("compute").astype(str).str.strip().replace("", "compute")
         dup = table["node"][table["node"].duplicated()]
         if len(dup):
             raise ValueError(f"topology {source or 'table'} lists node {dup.iloc[0]!r} twice")
@@ -100,14 +100,22 @@ class Topology:
     @classmethod
     def _from_csv(cls, path: Path) -> "Topology":
         with open(path, newline="") as fh:
-            reader = csv.DictReader(line for line in fh if not line.startswith("#"))
-            rows = list(reader)
-        if not rows:
-            raise ParseError(path, "topology CSV has no rows (expected header node,router,group[,role])", 1)
-        missing = {"node", "router", "group"} - set(rows[0])
+            numbered = [(i, line) for i, line in enumerate(fh, 1) if line.strip() and not line.startswith("#")]
+        if not numbered:
+            raise ParseError(path, "topology CSV is empty (expected header node,router,group[,role])", 1)
+        rows = list(csv.reader(line for _, line in numbered))
+        header, header_line = rows[0], numbered[0][0]
+        missing = {"node", "router", "group"} - set(header)
         if missing:
-            raise ParseError(path, f"topology CSV lacks columns {sorted(missing)}", 1)
-        return cls(pd.DataFrame(rows), source=str(path))
+            raise ParseError(path, f"topology CSV lacks columns {sorted(missing)}", header_line)
+        if len(rows) == 1:
+            raise ParseError(path, "topology CSV has no rows after the header", header_line)
+        required = [header.index(c) for c in ("node", "router", "group")]
+        for (lineno, _), fields in zip(numbered[1:], rows[1:]):
+            if len(fields) != len(header) or any(not fields[i].strip() for i in required):
+                raise ParseError(path, f"expected {len(header)} fields ({','.join(header)}) with node, router "
+                                       f"and group set, got {fields}", lineno)
+        return cls(pd.DataFrame(rows[1:], columns=header), source=str(path))
 
     @classmethod
     def _from_yaml(cls, path: Path) -> "Topology":
@@ -118,7 +126,13 @@ class Topology:
         rows = []
         for group, gdef in doc["groups"].items():
             for router, rdef in (gdef or {}).get("routers", {}).items():
-                for node in hostlist.expand_hostlist(rdef["nodes"]):
+                if not isinstance(rdef, dict) or "nodes" not in rdef:
+                    raise ParseError(path, f"router {router!r} of group {group!r} needs 'nodes: <hostlist>'")
+                try:
+                    nodes = hostlist.expand_hostlist(str(rdef["nodes"]))
+                except hostlist.BadHostlist as exc:
+                    raise ParseError(path, f"router {router!r}: bad hostlist {rdef['nodes']!r}: {exc}") from exc
+                for node in nodes:
                     rows.append({"node": node, "router": str(router), "group": str(group),
                                  "role": rdef.get("role", "compute")})
         return cls(pd.DataFrame(rows), source=str(path))

@@ -65,7 +65,9 @@ def read_wide(path: str | Path) -> pd.DataFrame:
         rows.append([step, *values])
     if not rows:
         raise ParseError(path, "no data rows after the header", header_idx + 1)
-    return pd.DataFrame(rows, columns=header)
+    wide = pd.DataFrame(rows, columns=header)
+    wide.attrs["header_line"] = header_idx + 1
+    return wide
 
 
 def read(path: str | Path) -> pd.DataFrame:
@@ -73,7 +75,8 @@ def read(path: str | Path) -> pd.DataFrame:
     wide = read_wide(path)
     table2 = aries.to_table2(wide.drop(columns="step"))
     if table2.empty or not len(table2.columns):
-        raise ParseError(path, "no Aries router counter columns (see hpcvar.aries for accepted names)", 1)
+        raise ParseError(path, "no Aries router counter columns (see hpcvar.aries for accepted names)",
+                         wide.attrs["header_line"])
     table2.insert(0, "step", wide["step"])
     return table2.melt(id_vars="step", var_name="counter", value_name="value")
 
