@@ -125,7 +125,7 @@ def schedule(jobs: pd.DataFrame, topo: Topology, rng: np.random.Generator) -> pd
     A job whose size exceeds the free nodes waits for running jobs to end (no backfill);
     jobs never wait for jobs submitted after them.
     """
-    compute = np.flatnonzero((topo.table["role"] == "compute").to_numpy())
+    compute = np.flatnonzero((topo.table["role"] == "compute").to_numpy()).astype(np.int32)
     free = np.ones(len(compute), dtype=bool)
     running: list[tuple[float, int]] = []  # (end, job position)
     order = np.argsort(jobs["submit"].to_numpy(), kind="stable")
@@ -145,7 +145,8 @@ def schedule(jobs: pd.DataFrame, topo: Topology, rng: np.random.Generator) -> pd
             end, done = heapq.heappop(running)
             clock = max(clock, end)
             free[alloc[done]] = True
-        take = np.flatnonzero(free)[:need]
+        # A copy, not a view: a view would keep the whole free-node index array alive per job.
+        take = np.flatnonzero(free)[:need].astype(np.int32)
         free[take] = False
         alloc[pos] = take
         start[pos] = clock
