@@ -188,9 +188,9 @@ def collate_run(run_dir: Path, system: SystemInfo, topo: Topology, meta: dict) -
 def system_counters(ldms_dir: Path, topo: Topology, runs: list[RunData], result: CollateResult) -> pd.DataFrame:
     """Mean per-router counter change per run step, over I/O routers and over routers without our nodes.
 
-    One streaming pass over all LDMS files; an LDMS interval is attributed to the step containing
-    its end time. Intervals longer than 3x the median sampling interval span a monitoring gap
-    and are not attributed.
+    One streaming pass over all LDMS files; an LDMS interval's change is split over the steps it
+    overlaps in proportion to the overlap. Intervals longer than 3x the median sampling interval
+    span a monitoring gap and are not attributed.
     """
     files = sorted(p for p in ldms_dir.iterdir() if p.is_file() and not p.name.startswith(".")
                    and not p.name.endswith(".HEADER"))
@@ -233,7 +233,11 @@ def system_counters(ldms_dir: Path, topo: Topology, runs: list[RunData], result:
 
 
 def _aggregate_ldms(files, router_of, topo, runs, windows, spans, sums, reporters) -> list[str]:
-    """Stream LDMS deltas once, adding each interval to the (run, step, scope) it falls in."""
+    """Stream LDMS deltas once; split each interval's change over the run steps it overlaps.
+
+    An interval [t_prev, t] contributes ``delta * overlap / (t - t_prev)`` to every step it
+    overlaps, so steps shorter than the sampling interval still get their share.
+    """
     metric_names: list[str] | None = None
     bar = Progress("collate: LDMS chunks", 0)
     for chunk in ldms.iter_deltas(files):
@@ -245,24 +249,33 @@ def _aggregate_ldms(files, router_of, topo, runs, windows, spans, sums, reporter
         chunk, routers = chunk[known], routers[known].to_numpy()
         if chunk.empty:
             continue
-        t = chunk["time"].to_numpy()
-        span = t - chunk["t_prev"].to_numpy()
-        gap = span > 3 * np.median(span)
+        t, t_prev = chunk["time"].to_numpy(), chunk["t_prev"].to_numpy()
+        span = t - t_prev
+        ok = span <= 3 * np.median(span)  # longer intervals span a monitoring gap
         values = aries.to_table2(chunk[metric_names]).to_numpy()
         is_io = np.array([r in topo.io_routers for r in routers])
-        for h in np.flatnonzero((spans[:, 0] <= t.max()) & (spans[:, 1] >= t.min())):
+        for h in np.flatnonzero((spans[:, 0] < t.max()) & (spans[:, 1] > t_prev.min())):
             k, starts, ends, stepno = windows[h]
-            pos = np.searchsorted(ends, t)  # first step ending at or after t
-            inside = (pos < len(ends)) & ~gap
-            inside &= t > starts[np.minimum(pos, len(ends) - 1)]
+            first = np.searchsorted(ends, t_prev, side="right")   # first step ending after t_prev
+            last = np.searchsorted(starts, t, side="left") - 1    # last step starting before t
+            hit = ok & (first <= last)
+            if not hit.any():
+                continue
             not_mine = ~np.isin(routers, list(runs[k].routers))
-            for scope, mask in (("io", is_io), ("sys", ~is_io & not_mine)):
-                sel = inside & mask
-                for step_i in np.unique(pos[sel]):
-                    rows = sel & (pos == step_i)
-                    key = (k, int(stepno[step_i]), scope)
-                    sums[key] = sums.get(key, 0) + values[rows].sum(axis=0)
-                    reporters[key].update(routers[rows])
+            for offset in range(int((last[hit] - first[hit]).max()) + 1):
+                step_i = first + offset
+                sel = hit & (step_i <= last)
+                if not sel.any():
+                    continue
+                si = step_i[sel]
+                overlap = np.minimum(t[sel], ends[si]) - np.maximum(t_prev[sel], starts[si])
+                weighted = values[sel] * (overlap / span[sel])[:, None]
+                for scope, mask in (("io", is_io[sel]), ("sys", ~is_io[sel] & not_mine[sel])):
+                    for step_idx in np.unique(si[mask]):
+                        rows = mask & (si == step_idx)
+                        key = (k, int(stepno[step_idx]), scope)
+                        sums[key] = sums.get(key, 0) + weighted[rows].sum(axis=0)
+                        reporters[key].update(routers[sel][rows])
     return metric_names or []
 
 

@@ -1,0 +1,378 @@
+"""The simulated system and collation, checked against the simulator's planted truth.
+
+The demo campaign is simulated once per session, written to disk, and read back only through
+the parsers (as the main job does), so these tests exercise the whole raw-file path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from hpcvar.anonymise import Pseudonymiser
+from hpcvar.collate import collate
+from hpcvar.dataset import Dataset
+from hpcvar.parsers import detect, inspect, ldms
+from hpcvar.simulate import simulate, write_manifest
+from hpcvar.simulate.presets import get_preset
+from hpcvar.topology import LOCALITY_CLASSES
+
+SALT = b"test-salt"
+
+
+@pytest.fixture(scope="session")
+def demo(tmp_path_factory):
+    """(raw dir, dataset dir, truth) of the demo preset, collated once."""
+    base = tmp_path_factory.mktemp("demo")
+    truth = simulate("demo", seed=0, out=base / "raw", progress=False)
+    result = collate(base / "raw", base / "dataset", Pseudonymiser(SALT))
+    return base / "raw", base / "dataset", truth, result
+
+
+@pytest.fixture()
+def small_raw(tmp_path):
+    """A 2-day demo campaign, for tests that modify raw files."""
+    simulate("demo", seed=3, out=tmp_path / "raw", overrides={"days": 2}, progress=False)
+    return tmp_path / "raw"
+
+
+def pseudo(name: str) -> str:
+    return Pseudonymiser(SALT)(name)
+
+
+def tree_hashes(path: Path) -> dict[str, str]:
+    return {str(p.relative_to(path)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def centred(df: pd.DataFrame, value: str) -> pd.Series:
+    """Deviation from the dataset's mean step profile (the paper's mean-centring)."""
+    return df[value] - df.groupby(["dataset", "step"])[value].transform("mean")
+
+
+# --- the raw files -----------------------------------------------------------------------
+
+def test_every_raw_file_is_read_by_its_parser(demo):
+    raw, _, _, _ = demo
+    run = sorted((raw / "runs").iterdir())[0]
+    kinds = {p.name: inspect(p) for p in run.iterdir() if p.name != "manifest.json"}
+    assert all(r["ok"] for r in kinds.values()), kinds
+    assert kinds["sacct.txt"]["kind"] == "sacct"
+    assert kinds["stdout.txt"]["kind"] == "app_stdout"
+    assert kinds["counters.csv"]["kind"] == "step_counters"
+    perflogs = list((raw / "perflogs").rglob("*.log"))
+    assert {p.name for p in perflogs} == {"AMGTest.log", "MILCTest.log", "MiniViteTest.log", "UMTTest.log"}
+    assert all(detect(p).__name__.endswith("reframe") for p in perflogs)
+    ldms_files = sorted((raw / "ldms" / "aries_rtr_mmr").iterdir())
+    assert len(ldms_files) >= 5  # one rollover file per simulated day with runs
+    assert inspect(ldms_files[0])["kind"] == "ldms_store_csv"
+
+
+def test_same_seed_same_campaign(tmp_path):
+    a = simulate("demo", seed=7, out=tmp_path / "a", overrides={"days": 1}, progress=False)
+    b = simulate("demo", seed=7, out=tmp_path / "b", overrides={"days": 1}, progress=False)
+    c = simulate("demo", seed=8, out=tmp_path / "c", overrides={"days": 1}, progress=False)
+    assert a == b and tree_hashes(tmp_path / "a") == tree_hashes(tmp_path / "b")
+    assert tree_hashes(tmp_path / "a") != tree_hashes(tmp_path / "c")
+
+
+def test_preset_overrides_are_typed_and_checked():
+    assert get_preset("paper", {"days": "30"}).days == 30
+    with pytest.raises(KeyError, match="unknown preset fields"):
+        get_preset("demo", {"dayz": 3})
+
+
+# --- the collated dataset against the planted truth ----------------------------------------
+
+def test_all_six_datasets_collated_and_failed_runs_set_aside(demo):
+    _, ds_dir, truth, result = demo
+    runs = Dataset(ds_dir).read("runs")
+    per = runs.groupby("dataset").size().to_dict()
+    expected = {name: d["runs"] - d["failed_runs"] for name, d in truth["datasets"].items()}
+    assert per == expected
+    assert set(per) == {"amg-128", "amg-512", "milc-128", "milc-512", "minivite-128", "umt-128"}
+    failed = [e for e in Dataset(ds_dir).quarantine() if e["kind"] == "failed-run"]
+    assert len(failed) == sum(d["failed_runs"] for d in truth["datasets"].values()) == len(result.failed)
+    assert {e["run_id"] for e in failed}.isdisjoint(set(runs["run_id"]))
+    assert all(e["state"] in {"NODE_FAIL", "TIMEOUT", "FAILED"} for e in failed)
+    assert not result.quarantined
+
+
+def test_steps_match_the_paper_step_counts(demo):
+    _, ds_dir, _, _ = demo
+    runs = Dataset(ds_dir).read("runs").set_index("run_id")
+    steps = Dataset(ds_dir).read("steps")
+    counts = steps.groupby("run_id").size()
+    expected = {"amg": 20, "milc": 80, "minivite": 6, "umt": 7}
+    assert (counts == runs.loc[counts.index, "app"].map(expected)).all()
+    # MILC's 20 warm-up trajectories are much faster than the 60 that follow (Figure 3).
+    milc = steps[steps["run_id"].isin(runs.index[runs["app"] == "milc"])]
+    warm = milc[milc["step"] <= 20]["duration_s"].mean()
+    assert warm < 0.5 * milc[milc["step"] > 20]["duration_s"].mean()
+    # total_time_s is the sum of the step durations, and steps tile the run.
+    assert np.allclose(steps.groupby("run_id")["duration_s"].sum(), runs.loc[counts.index, "total_time_s"])
+
+
+def test_run_times_spread_like_the_paper(demo):
+    _, ds_dir, _, _ = demo
+    runs = Dataset(ds_dir).read("runs")
+    ratio = runs.groupby("dataset")["total_time_s"].agg(lambda t: t.max() / t.min())
+    assert ratio.max() > 2.0, ratio  # slowest runs reach 2-3x the best (Figure 1)
+    assert ratio.max() < 4.5, ratio
+    assert (ratio > 1.2).all(), ratio
+
+
+def test_placement_features(demo):
+    raw, ds_dir, _, _ = demo
+    runs = Dataset(ds_dir).read("runs")
+    assert runs["locality"].isin(LOCALITY_CLASSES).all()
+    assert (runs["num_routers"] >= np.ceil(runs["num_nodes"] / 4)).all()  # 4 nodes per router
+    assert (runs["num_groups"] >= 1).all() and runs["num_groups"].nunique() > 2  # placements vary
+    assert (runs["node_list"].map(len) == runs["num_nodes"]).all()
+
+
+def test_users_are_pseudonymised_everywhere(demo):
+    raw, ds_dir, truth, _ = demo
+    ds = Dataset(ds_dir)
+    names = set(truth["large_users"]) | {truth["campaign_user"]}
+    for table in ("runs", "neighbourhood"):
+        users = set(ds.read(table)["user"])
+        assert users and all(u.startswith("user-") for u in users)
+        assert not users & names
+    assert set(ds.read("runs")["user"]) == {pseudo(truth["campaign_user"])}
+    for path in ds_dir.rglob("*.parquet"):
+        assert b"varstudy" not in path.read_bytes()
+
+
+def test_culprits_are_present_in_a_minority_of_runs_and_slow_them(demo):
+    _, ds_dir, truth, _ = demo
+    ds = Dataset(ds_dir)
+    runs = ds.read("runs").set_index("run_id")
+    neigh = ds.read("neighbourhood")
+    big = neigh[neigh["num_nodes"] > truth["neighbourhood_threshold_nodes"]]
+    slower = []
+    for name, d in truth["datasets"].items():
+        ids = runs.index[runs["dataset"] == name]
+        culprits = {pseudo(u) for u in d["culprits"]}
+        present = big[big["run_id"].isin(ids) & big["user"].isin(culprits)]["run_id"].unique()
+        assert 0 < len(present) < len(ids), name  # culprits neither always nor never there
+        times = runs.loc[ids, "total_time_s"] / runs.loc[ids, "total_time_s"].min()
+        slower.append(times[times.index.isin(present)].mean() - times[~times.index.isin(present)].mean())
+    # Runs with a culprit around are slower on average (checked over datasets: demo samples are small).
+    assert np.mean(slower) > 0.15, slower
+    # Most large users are not culprits: big neighbours alone do not explain the slowdowns.
+    all_culprits = {u for d in truth["datasets"].values() for u in d["culprits"]}
+    assert len(set(truth["large_users"]) - all_culprits) >= 2 * len(all_culprits)
+
+
+def test_driver_counters_explain_step_deviations(demo):
+    _, ds_dir, truth, _ = demo
+    ds = Dataset(ds_dir)
+    runs = ds.read("runs")[["run_id", "dataset"]]
+    steps = ds.read("steps").merge(runs)
+    counters = ds.read("step_counters").pivot_table(index=["run_id", "step"], columns="counter", values="value")
+    data = steps.set_index(["run_id", "step"]).join(np.log(counters)).reset_index()
+    data["dev"] = centred(data, "duration_s")
+    for name, d in truth["datasets"].items():
+        sub = data[data["dataset"] == name].copy()
+        corr = {c: np.corrcoef(centred(sub, c), sub["dev"])[0, 1] for c in counters.columns}
+        primary = d["drivers"][0]
+        # Counters that are not (and are not built from) a driver.
+        unrelated = [c for c in corr if c not in d["drivers"] and not any(
+            drv in {"PT_RB_STL_RQ", "PT_RB_STL_RS"} and c == "PT_RB_STL" for drv in d["drivers"])]
+        assert corr[primary] > 0.6, (name, corr)
+        assert corr[primary] > max(corr[c] for c in unrelated), (name, sorted(corr.items(), key=lambda kv: -kv[1]))
+
+
+def test_counters_are_correlated_with_each_other(demo):
+    _, ds_dir, _, _ = demo
+    wide = Dataset(ds_dir).read("step_counters").pivot_table(index=["run_id", "step"], columns="counter",
+                                                             values="value")
+    c = np.log(wide).corr().to_numpy()
+    off = c[~np.eye(len(c), dtype=bool)]
+    assert np.median(off) > 0.3  # realistic: counters move together, the analyses must cope
+
+
+def test_io_router_traffic_leads_milc_slowdowns(demo):
+    _, ds_dir, truth, _ = demo
+    ds = Dataset(ds_dir)
+    runs = ds.read("runs")[["run_id", "dataset"]]
+    steps = ds.read("steps").merge(runs)
+    io = ds.read("system_counters").query("scope == 'io' and counter == 'PT_FLIT_TOT'")
+    data = steps.merge(io[["run_id", "step", "value"]], on=["run_id", "step"])
+    data["dev"] = centred(data, "duration_s") / data.groupby(["dataset", "step"])["duration_s"].transform("mean")
+    data = data.sort_values(["run_id", "step"])
+    data["io_prev"] = np.log(data.groupby("run_id")["value"].shift(2))
+    forecastable = [n for n, d in truth["datasets"].items() if d["io_forecastable"]]
+    milc = data[data["dataset"].isin(forecastable)].dropna()
+    others = data[~data["dataset"].isin(forecastable)].dropna()
+    r_milc = np.corrcoef(centred(milc, "io_prev"), milc["dev"])[0, 1]
+    r_other = np.corrcoef(centred(others, "io_prev"), others["dev"])[0, 1]
+    assert r_milc > 0.2 and r_milc > r_other + 0.1, (r_milc, r_other)
+
+
+def test_system_counters_cover_both_scopes(demo):
+    _, ds_dir, _, _ = demo
+    ds = Dataset(ds_dir)
+    sysc = ds.read("system_counters")
+    assert set(sysc["scope"]) == {"io", "sys"}
+    assert set(sysc["counter"]) == {"RT_FLIT_TOT", "RT_RB_STL", "PT_FLIT_TOT", "PT_RB_STL_RQ"}
+    # Every step of every run lies within the LDMS sampling windows, so every step has both scopes.
+    n_steps = len(ds.read("steps"))
+    per_scope = sysc.groupby("scope")[["run_id", "step"]].apply(lambda g: len(g.drop_duplicates()))
+    assert (per_scope >= 0.95 * n_steps).all(), per_scope
+    assert (sysc["value"] > 0).all() and (sysc["num_routers"] >= 1).all()
+
+
+def test_mpi_profile_matches_the_apps_mpi_share(demo):
+    _, ds_dir, _, _ = demo
+    ds = Dataset(ds_dir)
+    mpi = ds.read("mpi_profile").merge(ds.read("runs")[["run_id", "app", "num_nodes"]])
+    share = mpi.groupby("run_id").first()
+    frac = (share["mpi_time_s"] / share["app_time_s"]).groupby(share["app"]).mean()
+    # The paper: MPI is ~80% of AMG, ~89% of MILC, >95% of miniVite and ~30% of UMT (more when slowed).
+    assert frac["minivite"] > 0.9 and frac["milc"] > 0.8 and 0.2 < frac["umt"] < 0.6 and frac["amg"] > 0.7
+    top = mpi.sort_values("time_s").groupby("app").last()["routine"]
+    assert top["minivite"] == "Waitall" and top["umt"] in {"Allreduce", "Barrier"}
+    assert (share["ntasks"] == share["num_nodes"] * 64).all()
+
+
+def test_truth_records_noise_and_best_error(demo):
+    _, _, truth, _ = demo
+    for d in truth["datasets"].values():
+        assert 0.01 < d["best_achievable_mape"] < 0.05
+        assert d["drivers"] and d["culprits"]
+
+
+# --- collation guarantees ------------------------------------------------------------------
+
+def test_collate_is_idempotent(demo, tmp_path):
+    raw, ds_dir, _, _ = demo
+    copy = tmp_path / "dataset"
+    shutil.copytree(ds_dir, copy)
+    before = tree_hashes(copy)
+    result = collate(raw, copy, Pseudonymiser(SALT))
+    assert result.new_runs == [] and len(result.skipped) > 0
+    assert tree_hashes(copy) == before
+
+
+def test_new_round_appends_without_rewriting(small_raw, tmp_path):
+    runs = sorted((small_raw / "runs").iterdir())
+    later = tmp_path / "later"
+    later.mkdir()
+    for r in runs[len(runs) // 2:]:
+        shutil.move(str(r), later / r.name)
+    ds_dir = tmp_path / "dataset"
+    first = collate(small_raw, ds_dir, Pseudonymiser(SALT))
+    before = tree_hashes(ds_dir)
+    for r in later.iterdir():
+        shutil.move(str(r), small_raw / "runs" / r.name)
+    second = collate(small_raw, ds_dir, Pseudonymiser(SALT))
+    after = tree_hashes(ds_dir)
+    assert second.new_runs and set(second.new_runs).isdisjoint(first.new_runs)
+    assert all(after.get(k) == v for k, v in before.items() if k != "quarantine.jsonl")
+    assert len(Dataset(ds_dir).run_ids()) == len(first.new_runs) + len(second.new_runs)
+
+
+def test_bad_run_file_is_quarantined_with_line_and_the_rest_collates(small_raw, tmp_path):
+    run = next(r for r in sorted((small_raw / "runs").iterdir()) if list(r.glob("*.mpiP")))
+    mpip_file = next(run.glob("*.mpiP"))
+    lines = mpip_file.read_text().splitlines(keepends=True)
+    mpip_file.write_text("".join(lines[: len(lines) // 2]))  # truncated report
+    write_manifest(run, {k: v for k, v in json.loads((run / "manifest.json").read_text()).items() if k != "files"})
+    ds_dir = tmp_path / "dataset"
+    result = collate(small_raw, ds_dir, Pseudonymiser(SALT))
+    (entry,) = result.quarantined
+    assert entry["run_id"] == run.name and entry["file"] == str(mpip_file) and entry["line"] is not None
+    assert "truncated" in entry["error"] or "End of Report" in entry["error"]
+    assert run.name not in Dataset(ds_dir).run_ids() and len(result.new_runs) > 0
+    assert entry in Dataset(ds_dir).quarantine()
+
+
+def test_changed_file_fails_its_checksum(small_raw, tmp_path):
+    run = sorted((small_raw / "runs").iterdir())[0]
+    with open(run / "counters.csv", "a") as fh:
+        fh.write("# edited after the run\n")
+    result = collate(small_raw, tmp_path / "dataset", Pseudonymiser(SALT))
+    assert [q["file"] for q in result.quarantined] == [str(run / "counters.csv")]
+    assert "checksum" in result.quarantined[0]["error"]
+
+
+def test_run_without_manifest_is_incomplete_until_it_has_one(small_raw, tmp_path):
+    run = sorted((small_raw / "runs").iterdir())[0]
+    manifest = (run / "manifest.json").read_text()
+    (run / "manifest.json").unlink()
+    ds_dir = tmp_path / "dataset"
+    first = collate(small_raw, ds_dir, Pseudonymiser(SALT))
+    assert first.incomplete == [run.name] and run.name not in Dataset(ds_dir).run_ids()
+    (run / "manifest.json").write_text(manifest)
+    second = collate(small_raw, ds_dir, Pseudonymiser(SALT))
+    assert second.new_runs == [run.name] or run.name in [f["run_id"] for f in second.failed]
+
+
+def test_malformed_ldms_file_is_set_aside_and_the_rest_aggregates(small_raw, tmp_path):
+    files = sorted((small_raw / "ldms" / "aries_rtr_mmr").iterdir())
+    bad = files[0]
+    lines = bad.read_text().splitlines(keepends=True)
+    lines.insert(5, "1543622400.000000,0,nid00001,notanumber\n")
+    bad.write_text("".join(lines))
+    ds_dir = tmp_path / "dataset"
+    result = collate(small_raw, ds_dir, Pseudonymiser(SALT))
+    (entry,) = [q for q in result.quarantined if q["kind"] == "ldms"]
+    assert entry["file"] == str(bad) and entry["line"] == 6
+    sysc = Dataset(ds_dir).read("system_counters")
+    assert len(sysc) > 0  # the other days still aggregate
+    runs = Dataset(ds_dir).read("runs")
+    day_of_bad = pd.Timestamp(int(bad.name.rsplit(".", 1)[1]), unit="s", tz="UTC").normalize()
+    later = runs[runs["start"] >= day_of_bad + pd.Timedelta(days=1)]["run_id"]
+    assert set(later) <= set(sysc["run_id"])
+
+
+def test_missing_system_yaml_is_a_clear_error(tmp_path):
+    (tmp_path / "raw").mkdir()
+    from hpcvar.parsers.errors import ParseError
+
+    with pytest.raises(ParseError, match="system.yaml"):
+        collate(tmp_path / "raw", tmp_path / "ds", Pseudonymiser(SALT))
+
+
+def test_ldms_windows_use_the_simulated_interval(demo):
+    raw, _, _, _ = demo
+    first = sorted((raw / "ldms" / "aries_rtr_mmr").iterdir())[0]
+    desc = ldms.describe(first)
+    assert desc["figures"]["interval_median_s"] == pytest.approx(get_preset("demo").ldms_interval)
+
+
+def test_ldms_changes_are_split_over_steps_by_overlap(tmp_path):
+    """Hand-computed: constant counter rates, steps shorter and longer than the 10 s interval."""
+    from hpcvar.collate import CollateResult, RunData, system_counters
+    from hpcvar.topology import Topology
+
+    topo = Topology(pd.DataFrame({"node": ["nid00000", "nid00001", "nid00002"],
+                                  "router": ["r-io", "r-mine", "r-other"], "group": ["g0", "g0", "g1"],
+                                  "role": ["io", "compute", "compute"]}))
+    rates = {"nid00000": 100.0, "nid00001": 7.0, "nid00002": 30.0}  # flits per second
+    t = np.arange(1000.0, 1101.0, 10.0)
+    d = tmp_path / "ldms"
+    d.mkdir()
+    with ldms.StoreCsvWriter(d / "rtr.1000", ["AR_RTR_INQ_PRF_INCOMING_FLIT_TOTAL"]) as w:
+        for producer, rate in rates.items():
+            w.write_rows(t, producer, int(producer[3:]), 0, ((t - 1000) * rate).astype(np.int64)[:, None])
+    edges = np.array([1012.0, 1013.5, 1015.0, 1031.0, 1067.0])  # steps of 1.5, 1.5, 16 and 36 s
+    epoch = lambda v: pd.to_datetime(v, unit="s", utc=True)  # noqa: E731
+    steps = pd.DataFrame({"run_id": "r1", "step": [1, 2, 3, 4], "start": epoch(edges[:-1]),
+                          "end": epoch(edges[1:]), "duration_s": np.diff(edges)})
+    run = RunData({"run_id": "r1"}, steps, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), {"r-mine"})
+    out = system_counters(d, topo, [run], CollateResult()).set_index(["scope", "step"])
+    dur = dict(zip([1, 2, 3, 4], np.diff(edges)))
+    for step, seconds in dur.items():
+        assert out.loc[("io", step), "value"] == pytest.approx(100.0 * seconds)
+        assert out.loc[("sys", step), "value"] == pytest.approx(30.0 * seconds)  # r-mine excluded
+        assert out.loc[("sys", step), "num_routers"] == 1
+    assert set(out["counter"]) == {"RT_FLIT_TOT"}
