@@ -1,0 +1,104 @@
+"""The hpcvar command line as a user runs it (subprocesses, real files)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HPCVAR = [sys.executable, "-m", "hpcvar"]
+
+# Every real sample of a supported kind, with the kind hpcvar must detect.
+SUPPORTED = {
+    "slurm/sacct": "sacct", "mpiP": "mpip", "reframe/perflogs": "reframe_perflog",
+    "reframe/json_reports": "reframe_report", "ldms": "ldms_store_csv", "apps/amg": "app_stdout",
+    "apps/milc": "app_stdout", "apps/umt": "app_stdout", "apps/minivite": "app_stdout",
+    "apps/osu": "app_stdout", "apps/imb": "app_stdout",
+}
+# Sample files that are not of a supported kind or are real-but-broken inputs (see each SOURCES.md).
+NOT_READ = {"sacct_P_26fields_simple_expected.log",  # upstream's pandas CSV of the sacct log, not sacct
+            "sacct_P_formatALL_ubhpc_dump2101.log",  # a record missing its first 33 fields at line 16
+            "milc_ks_imp_dyn_test_su3_rmd.1.sample-in", "milc_su3_rmd_cori_128rank_mpip.err",
+            "amg2023_aws-pcluster_32n_20-iter-1.err"}
+
+
+def run(*args, **kw):
+    return subprocess.run([*HPCVAR, *map(str, args)], capture_output=True, text=True, **kw)
+
+
+def sample_files(samples: Path):
+    for folder, kind in SUPPORTED.items():
+        for p in sorted((samples / folder).iterdir()):
+            if p.is_file() and p.name != "SOURCES.md" and p.name not in NOT_READ:
+                yield p, kind
+
+
+def test_inspect_reads_every_supported_sample(samples):
+    files = list(sample_files(samples))
+    assert len(files) >= 40
+    out = run("inspect", "--json", *(p for p, _ in files))
+    assert out.returncode == 0, out.stdout[-2000:]
+    results = json.loads(out.stdout)
+    for (path, kind), r in zip(files, results):
+        assert r["ok"] and r["kind"] == kind, (path, r)
+        assert r["records"] > 0, r
+
+
+def test_inspect_text_output_and_error_exit(samples, tmp_path):
+    mpip = samples / "mpiP" / "mpiP-3.4.1_cori_milc_su3_rmd.128.16720.1.mpiP"
+    broken = tmp_path / "broken.mpiP"
+    broken.write_text("".join(mpip.read_text().splitlines(keepends=True)[:60]))
+    out = run("inspect", mpip, broken)
+    assert out.returncode == 1
+    assert f"{mpip}: mpip (format 3.4.1), 128 records" in out.stdout
+    assert "top_routine: Wait" in out.stdout
+    assert f"{broken}: ERROR {broken}:" in out.stdout and "truncated" in out.stdout
+
+
+def test_inspect_rejects_unknown_files_by_name(tmp_path):
+    f = tmp_path / "notes.txt"
+    f.write_text("hello\n")
+    out = run("inspect", "--json", f)
+    assert out.returncode == 1
+    (r,) = json.loads(out.stdout)
+    assert not r["ok"] and "not a format hpcvar reads" in r["error"]
+
+
+def test_simulate_collate_summary(tmp_path):
+    raw, ds = tmp_path / "raw", tmp_path / "ds"
+    out = run("simulate", "--preset", "demo", "--set", "days=1", "--out", raw)
+    assert out.returncode == 0, out.stderr
+    assert "simulate: " in out.stderr  # progress lines
+    env = {"HPCVAR_SALT": "s", "PATH": "/usr/bin:/bin"}
+    out = run("collate", raw, "--out", ds, "--summary", tmp_path / "summary.txt", env=env)
+    assert out.returncode == 0, out.stderr
+    truth = json.loads((raw / "truth.json").read_text())
+    n = sum(d["runs"] - d["failed_runs"] for d in truth["datasets"].values())
+    assert f"collated {n} new runs" in out.stdout
+    summary = (tmp_path / "summary.txt").read_text()
+    assert f"{n} runs in" in summary and "slowest_fastest" in summary
+    again = run("collate", raw, "--out", ds, env=env)
+    assert f"collated 0 new runs ({n} already collated" in again.stdout
+
+
+def test_collate_reports_a_broken_campaign_directory(tmp_path):
+    (tmp_path / "raw").mkdir()
+    out = run("collate", tmp_path / "raw", "--out", tmp_path / "ds", env={"HPCVAR_SALT": "s"})
+    assert out.returncode == 2 and "system.yaml" in out.stderr
+
+
+def test_unknown_preset_field_is_refused(tmp_path):
+    out = run("simulate", "--set", "nodez=3", "--out", tmp_path / "raw")
+    assert out.returncode != 0 and "unknown preset fields" in out.stderr
+
+
+@pytest.mark.parametrize("table", ["runs", "steps", "step_counters", "system_counters", "mpi_profile",
+                                   "neighbourhood"])
+def test_schema_doc_is_current(table):
+    doc = (Path(__file__).parents[1] / "docs" / "dataset.md").read_text()
+    out = run("schema")
+    assert out.stdout.strip() == doc.strip(), "regenerate docs/dataset.md with `hpcvar schema > docs/dataset.md`"
+    assert f"## `{table}`" in doc
