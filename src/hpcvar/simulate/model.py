@@ -110,7 +110,7 @@ def simulate_run(ds: DatasetSpec, profile: np.ndarray, t_start: float, num_route
                  active_culprit, active_benign, io_level, noise: float, counter_noise: float,
                  rng: np.random.Generator) -> RunResult:
     """Step through one run. ``active_*(t)`` give culprit/benign intensity at time t;
-    ``io_level(t)`` the system's I/O traffic deviation (mean 0)."""
+    ``io_level(t)`` the system's I/O traffic above its mean (0 when below)."""
     n = len(profile)
     start = np.empty(n)
     end = np.empty(n)
