@@ -53,7 +53,7 @@ def main() -> None:
                 r = json.loads(out.stdout.strip().splitlines()[-1])
                 size = du_mb(raw if phase == "simulate" else ds)
                 print(f"{phase:8s} preset={preset:5s} runs={r['runs']:5d}  {r['seconds']:7.1f} s  "
-                      f"peak RSS {r['peak_rss_mb']:7.0f} MB  output {size:7.0f} MB", flush=True)
+                      f"peak RSS {r['peak_rss_mb']:7.0f} MB  output {size:8.1f} MB", flush=True)
 
 
 if __name__ == "__main__":
