@@ -376,3 +376,15 @@ def test_ldms_changes_are_split_over_steps_by_overlap(tmp_path):
         assert out.loc[("sys", step), "value"] == pytest.approx(30.0 * seconds)  # r-mine excluded
         assert out.loc[("sys", step), "num_routers"] == 1
     assert set(out["counter"]) == {"RT_FLIT_TOT"}
+
+
+def test_sacct_without_needed_fields_is_quarantined_with_the_fields(small_raw, tmp_path):
+    from hpcvar.parsers import sacct
+
+    run = sorted((small_raw / "runs").iterdir())[0]
+    jobs = sacct.read(run / "sacct.txt")
+    sacct.write(run / "sacct.txt", jobs, fields=["JobID", "JobName", "Start", "End", "State", "NNodes"])
+    write_manifest(run, {k: v for k, v in json.loads((run / "manifest.json").read_text()).items() if k != "files"})
+    result = collate(small_raw, tmp_path / "dataset", Pseudonymiser(SALT))
+    (entry,) = result.quarantined
+    assert entry["file"] == str(run / "sacct.txt") and "['User', 'Submit', 'NodeList']" in entry["error"]

@@ -34,6 +34,11 @@ from hpcvar.simulate import sha256
 from hpcvar.topology import Topology
 
 
+#: sacct fields collation needs (parsed column -> sacct field name).
+SACCT_NEEDED = {"user": "User", "submit": "Submit", "start": "Start", "end": "End", "state": "State",
+                "node_count": "NNodes", "node_list": "NodeList"}
+
+
 @dataclass
 class RunData:
     run: dict
@@ -134,6 +139,10 @@ def collate_run(run_dir: Path, system: SystemInfo, topo: Topology, meta: dict) -
     run_id = meta["run_id"]
     sacct_path = run_dir / "sacct.txt"
     jobs = sacct.read(sacct_path)
+    missing = [f for col, f in SACCT_NEEDED.items() if col not in jobs.columns]
+    if missing:
+        raise ParseError(sacct_path, f"sacct output lacks fields {missing}; collect it with "
+                                     f"--format={','.join(SACCT_NEEDED.values())},...", 1)
     for col in ("submit", "start", "end"):
         if col in jobs.columns:
             jobs[col] = to_utc(jobs[col], system.timezone)
