@@ -5,6 +5,7 @@
     out/system.yaml                       system name, time zone, topology and LDMS locations
     out/topology.csv                      node -> router -> group map (with I/O roles)
     out/truth.json                        planted causes (never read by collation)
+    out/truth_oracle.parquet              the oracle forecaster's expected k-step sums per run and t_c
     out/ldms/aries_rtr_mmr/aries_rtr_mmr.<epoch>   LDMS store_csv, one rollover file per day
     out/perflogs/<system>/compute/<Test>.log       ReFrame perflogs, one record per run
     out/runs/<run_id>/stdout.txt          timestamped application output (ts '%.s')
@@ -28,6 +29,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from hpcvar.analyses.common import FORECAST_GRID
 from hpcvar.parsers import apps, ldms, mpip, reframe, sacct
 from hpcvar.parsers import counters as counter_files
 from hpcvar.progress import Progress
@@ -148,6 +150,7 @@ class _Campaign:
         self._bg_nid = bg["node_idx"].to_numpy()
         self._hostlists: dict[int, str] = {}
         self._seen: dict[str, int] = {}  # runs simulated per dataset (every k-th is profiled)
+        self._oracle: list[tuple] = []   # (run_id, dataset, t_c, k, oracle_s, actual_s)
         profiles = {ds.name: model.step_profile(ds, self.rng) for ds in self.datasets}
         specs = {ds.name: ds for ds in self.datasets}
         windows = []
@@ -165,7 +168,9 @@ class _Campaign:
                 bar.step()
         self.write_perflogs(perflog_records)
         self.write_ldms(windows)
-        truth = self.truth(truth_runs, profiles)
+        oracle = pd.DataFrame(self._oracle, columns=["run_id", "dataset", "t_c", "k", "oracle_s", "actual_s"])
+        oracle.to_parquet(out / "truth_oracle.parquet", index=False)
+        truth = self.truth(truth_runs, profiles, oracle)
         (out / "truth.json").write_text(json.dumps(truth, indent=1))
         return truth
 
@@ -191,9 +196,8 @@ class _Campaign:
         def active(weights):
             return lambda t: float(weights[(cs <= t) & (ce > t)].sum())
 
-        # I/O contention only slows a run: above-average file-system traffic adds, below-average does not.
         res = model.simulate_run(ds, profile, job.start + rng.uniform(15, 40), place["num_routers"], frag,
-                                 active(strength), active(benign), lambda t: max(float(self.io(t)), 0.0),
+                                 active(strength), active(benign), self.io,
                                  p.noise, p.counter_noise, rng)
         end = float(res.step_end[-1] + rng.uniform(3, 10))
         failed = rng.random() < FAILURE_RATE and not ds.only_once
@@ -231,6 +235,11 @@ class _Campaign:
                        "result": "pass", "num_tasks": nranks, "software": APP_VERSIONS[ds.app],
                        "perfvalues": {"total_time": (round(total, 3), 0, None, None, "s"),
                                       "mean_step_time": (round(total / len(profile), 4), 0, None, None, "s")}}
+        if not failed:
+            durations = res.step_end - res.step_start
+            cum = np.concatenate([[0.0], np.cumsum(durations)])
+            self._oracle += [(run_id, ds.name, t_c, k, o, float(cum[t_c + k] - cum[t_c]))
+                             for t_c, k, o in model.oracle_sums(ds, profile, res, frag, self.io, len(profile))]
         truth = {"run_id": run_id, "dataset": ds.name, "failed": failed,
                  "culprit_steps": float(np.mean(res.culprit_share > 0)),
                  "abs_rel_noise": float(np.mean(np.abs((res.step_end - res.step_start) - res.noise_free)
@@ -357,7 +366,18 @@ class _Campaign:
                                   np.tile(comp_id, len(times)), 0,
                                   np.round(block.reshape(-1, len(model.LDMS_COUNTERS))).astype(np.int64))
 
-    def truth(self, runs: list[dict], profiles: dict) -> dict:
+    @staticmethod
+    def oracle_mape(oracle: pd.DataFrame, app: str) -> dict[str, float]:
+        """The oracle's MAPE on the default forecasting grid's windows (t_c from m to T-k)."""
+        out = {}
+        for m in FORECAST_GRID[app]["m"]:
+            for k in FORECAST_GRID[app]["k"]:
+                w = oracle[(oracle["k"] == k) & (oracle["t_c"] >= m)]
+                if len(w):
+                    out[f"m={m},k={k}"] = float((abs(w["oracle_s"] - w["actual_s"]) / w["actual_s"]).mean())
+        return out
+
+    def truth(self, runs: list[dict], profiles: dict, oracle: pd.DataFrame) -> dict:
         df = pd.DataFrame(runs)
         ok = df[~df["failed"]]
         return {
@@ -375,6 +395,7 @@ class _Campaign:
                     "failed_runs": int(((df["dataset"] == ds.name) & df["failed"]).sum()),
                     "runs_with_culprits": float((ok.loc[ok["dataset"] == ds.name, "culprit_steps"] > 0).mean()),
                     "best_achievable_mape": float(ok.loc[ok["dataset"] == ds.name, "abs_rel_noise"].mean()),
+                    "oracle_mape": self.oracle_mape(oracle[oracle["dataset"] == ds.name], ds.app),
                 } for ds in self.datasets
             },
             "culprit_strength": self.users.culprit_strength,

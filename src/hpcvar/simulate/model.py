@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.stats import norm
 
 from hpcvar.simulate.presets import DatasetSpec
 
@@ -74,6 +75,9 @@ MPI_ROUTINES = {
 STRONG, WEAK, BENIGN_DRIVER, BENIGN_OTHER = 1.0, 0.12, 0.15, 0.7
 PLACEMENT_EFFECT = 0.15
 IO_LAG_S = 60.0
+AR_PHI, AR1_SD, AR2_SD = 0.8, 0.12, 0.15
+#: Horizons for which the oracle's expected k-step sums are recorded.
+ORACLE_K = (1, 2, 3, 5, 10, 20, 30, 40)
 
 
 def step_profile(ds: DatasetSpec, rng: np.random.Generator) -> np.ndarray:
@@ -104,13 +108,14 @@ class RunResult:
     compute_s: float           # per-rank compute time over the run
     mpi_s: float               # per-rank MPI time over the run
     routines: dict[str, float]
+    ar1: np.ndarray            # the unexplained-congestion AR(1) state used at each step
 
 
 def simulate_run(ds: DatasetSpec, profile: np.ndarray, t_start: float, num_routers: int, frag: float,
-                 active_culprit, active_benign, io_level, noise: float, counter_noise: float,
+                 active_culprit, active_benign, io: "OUProcess", noise: float, counter_noise: float,
                  rng: np.random.Generator) -> RunResult:
-    """Step through one run. ``active_*(t)`` give culprit/benign intensity at time t;
-    ``io_level(t)`` the system's I/O traffic above its mean (0 when below)."""
+    """Step through one run. ``active_*(t)`` give culprit/benign intensity at time t; ``io`` is
+    the system's I/O traffic process, of which only the part above its mean slows a run."""
     n = len(profile)
     start = np.empty(n)
     end = np.empty(n)
@@ -118,16 +123,18 @@ def simulate_run(ds: DatasetSpec, profile: np.ndarray, t_start: float, num_route
     z1 = np.empty(n)
     z2 = np.empty(n)
     culprit = np.empty(n)
+    ar1_hist = np.empty(n)
     ar1 = ar2 = 0.0
     t = t_start
     eps = rng.normal(0, noise, n)
     for s in range(n):
-        ar1 = 0.8 * ar1 + rng.normal(0, 0.12)
-        ar2 = 0.8 * ar2 + rng.normal(0, 0.15)
+        ar1 = AR_PHI * ar1 + rng.normal(0, AR1_SD)
+        ar2 = AR_PHI * ar2 + rng.normal(0, AR2_SD)
+        ar1_hist[s] = ar1
         culprit[s] = active_culprit(t)
         z1[s] = culprit[s] + max(ar1, 0.0)
         z2[s] = active_benign(t) + ar2
-        slow = ds.sensitivity * (z1[s] + PLACEMENT_EFFECT * frag) + ds.io_sensitivity * io_level(t - IO_LAG_S)
+        slow = ds.sensitivity * (z1[s] + PLACEMENT_EFFECT * frag) + ds.io_sensitivity * max(io(t - IO_LAG_S), 0.0)
         noise_free[s] = profile[s] * max(1 + slow, 0.5)
         start[s] = t
         t += noise_free[s] * np.exp(eps[s])
@@ -143,7 +150,45 @@ def simulate_run(ds: DatasetSpec, profile: np.ndarray, t_start: float, num_route
     shares = MPI_ROUTINES[ds.app]
     jitter = rng.dirichlet(np.array(list(shares.values())) * 200)
     routines = {r: mpi * w for r, w in zip(shares, jitter)}
-    return RunResult(start, end, noise_free, counters, z1, culprit, compute, mpi, routines)
+    return RunResult(start, end, noise_free, counters, z1, culprit, compute, mpi, routines, ar1_hist)
+
+
+def _expected_positive(mu: np.ndarray, sd: np.ndarray) -> np.ndarray:
+    """E[max(X, 0)] for X ~ N(mu, sd^2) (sd may be 0)."""
+    sd = np.maximum(sd, 1e-12)
+    z = mu / sd
+    return mu * norm.cdf(z) + sd * norm.pdf(z)
+
+
+def oracle_sums(ds: DatasetSpec, profile: np.ndarray, res: RunResult, frag: float, io: "OUProcess",
+                n_steps: int) -> list[tuple[int, int, float]]:
+    """The oracle forecaster: ``(t_c, k, expected seconds of steps t_c+1..t_c+k)``.
+
+    It knows the true state after ``t_c`` observed steps (culprit intensity, the AR(1)
+    congestion state, the I/O process up to now, placement) and the dynamics of the effect
+    processes, but not the future: culprit activity is held as it is, the AR(1) and I/O
+    processes evolve to their conditional expectations, and future step noise is unknown.
+    """
+    out = []
+    kmax = max(ORACLE_K)
+    for t_c in range(1, n_steps):
+        t_now = res.step_start[t_c]
+        J = min(kmax, n_steps - t_c)
+        j = np.arange(1, J + 1)
+        mu = AR_PHI**j * res.ar1[t_c - 1]
+        sd = AR1_SD * np.sqrt((1 - AR_PHI ** (2 * j)) / (1 - AR_PHI**2))
+        ahead = profile[t_c:t_c + J]
+        starts = t_now + np.concatenate([[0.0], np.cumsum(ahead[:-1])])
+        lag_t = starts - IO_LAG_S
+        now_io = float(io(t_now))
+        dt = np.maximum(lag_t - t_now, 0.0)
+        io_mu = np.where(dt > 0, now_io * np.exp(-dt / io.tau), io(np.minimum(lag_t, t_now)))
+        io_sd = io.sigma * np.sqrt(1 - np.exp(-2 * dt / io.tau))
+        slow = (ds.sensitivity * (res.culprit_share[t_c] + _expected_positive(mu, sd) + PLACEMENT_EFFECT * frag)
+                + ds.io_sensitivity * _expected_positive(io_mu, io_sd))
+        cum = np.cumsum(ahead * np.maximum(1 + slow, 0.5))
+        out += [(t_c, k, float(cum[k - 1])) for k in ORACLE_K if k <= J]
+    return out
 
 
 class OUProcess:
@@ -158,7 +203,7 @@ class OUProcess:
         x[0] = rng.normal(0, sigma)
         for i in range(1, n):
             x[i] = phi * x[i - 1] + shocks[i]
-        self.t0, self.dt, self.x = t0, dt, x
+        self.t0, self.dt, self.x, self.tau, self.sigma = t0, dt, x, tau, sigma
 
     def __call__(self, t):
         return np.interp(t, self.t0 + self.dt * np.arange(len(self.x)), self.x)

@@ -1,0 +1,113 @@
+"""What the analyses share: loading the dataset, per-step feature tables, summaries, figures."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from hpcvar.dataset import Dataset
+
+#: Feature sets of the paper's ablations (Section V-C): job counters, then placement, io, sys.
+FEATURE_SETS = ("job", "placement", "io", "sys")
+
+#: Default forecasting grid per app: temporal context m and horizon k (the paper's Figures 8, 10).
+FORECAST_GRID = {"amg": {"m": [3, 8], "k": [5, 10]}, "milc": {"m": [10, 20], "k": [20, 40]},
+                 "minivite": {"m": [2, 3], "k": [1, 2]}, "umt": {"m": [2, 3], "k": [2, 3]}}
+
+
+def load(dataset_dir: str | Path, tables=("runs", "steps", "step_counters", "system_counters")) -> dict:
+    ds = Dataset(dataset_dir)
+    data = {t: ds.read(t) for t in tables}
+    if data["runs"].empty:
+        raise SystemExit(f"{dataset_dir}: the dataset has no runs; run `hpcvar collate` first")
+    return data
+
+
+def datasets(runs: pd.DataFrame, min_runs: int = 2) -> list[str]:
+    counts = runs.groupby("dataset").size()
+    return sorted(counts.index[counts >= min_runs])
+
+
+def step_frame(data: dict, dataset: str) -> pd.DataFrame:
+    """One row per (run, step) of ``dataset``: step time, job counters per router, placement,
+    and system counters (``io_<C>``, ``sys_<C>``). Counters are divided by the run's router
+    count so runs with more fragmented placements are comparable."""
+    runs = data["runs"][data["runs"]["dataset"] == dataset][["run_id", "num_routers", "num_groups", "start"]]
+    steps = data["steps"].merge(runs[["run_id"]], on="run_id")[["run_id", "step", "duration_s"]]
+    frame = steps.merge(runs[["run_id", "num_routers", "num_groups"]], on="run_id")
+    sc = data["step_counters"]
+    sc = sc[sc["run_id"].isin(runs["run_id"])]
+    if not sc.empty:
+        wide = sc.pivot_table(index=["run_id", "step"], columns="counter", values="value").reset_index()
+        frame = frame.merge(wide, on=["run_id", "step"], how="left")
+        counters = [c for c in wide.columns if c not in ("run_id", "step")]
+        frame[counters] = frame[counters].div(frame["num_routers"], axis=0)
+    sysc = data.get("system_counters")
+    if sysc is not None and not sysc.empty:
+        sysc = sysc[sysc["run_id"].isin(runs["run_id"])]
+        if not sysc.empty:
+            wide = sysc.assign(name=sysc["scope"] + "_" + sysc["counter"]).pivot_table(
+                index=["run_id", "step"], columns="name", values="value").reset_index()
+            frame = frame.merge(wide, on=["run_id", "step"], how="left")
+    order = runs.sort_values("start")["run_id"]
+    frame["run_order"] = frame["run_id"].map({r: i for i, r in enumerate(order)})
+    return frame.sort_values(["run_order", "step"]).reset_index(drop=True)
+
+
+def feature_columns(frame: pd.DataFrame, feature_set: str) -> list[str]:
+    """Columns of one feature set (``job`` counters, ``placement``, ``io`` or ``sys`` counters)."""
+    from hpcvar.aries import TABLE2
+
+    if feature_set == "job":
+        return [c for c in TABLE2 if c in frame.columns]
+    if feature_set == "placement":
+        return ["num_routers", "num_groups"]
+    if feature_set in ("io", "sys"):
+        return sorted(c for c in frame.columns if c.startswith(f"{feature_set}_"))
+    raise KeyError(f"unknown feature set {feature_set!r}; choose from {FEATURE_SETS}")
+
+
+def relative_deviation(frame: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
+    """The paper's mean-centring, relative to the mean: (x - mean over runs at that step) / mean."""
+    mean = frame.groupby("step")[columns].transform("mean")
+    return (frame[columns] - mean) / mean.replace(0, np.nan)
+
+
+def mape(actual, predicted) -> float:
+    actual, predicted = np.asarray(actual, float), np.asarray(predicted, float)
+    return float(np.mean(np.abs(predicted - actual) / np.abs(actual)))
+
+
+def clean(obj):
+    """JSON-safe: numpy scalars to Python, NaN/inf to None."""
+    if isinstance(obj, dict):
+        return {str(k): clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [clean(v) for v in obj]
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        return None if not math.isfinite(obj) else float(obj)
+    return obj
+
+
+def write_summary(path: str | Path, summary: dict) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(clean(summary), indent=1))
+    tmp.replace(path)
+
+
+def savefig(fig, path: Path) -> Path:
+    """Save as SVG (crisp, small, opens offline in any browser)."""
+    import matplotlib.pyplot as plt
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="svg", bbox_inches="tight")
+    plt.close(fig)
+    return path

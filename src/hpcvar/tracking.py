@@ -1,0 +1,58 @@
+"""MLflow tracking for the analyses: where the store is, one experiment per analysis, one lock.
+
+Default store: a SQLite database beside the dataset (``results/mlflow.db`` for
+``results/dataset``) with artifacts under ``results/mlartifacts/<experiment>``;
+``MLFLOW_TRACKING_URI`` overrides it (then the server's own artifact root is used).
+
+Several Snakemake jobs may run analyses at once. SQLite allows one writer at a time and MLflow
+creates its schema on first use, so every session that touches the store holds an exclusive
+``flock`` on ``<store>.lock``: analyses compute first and log inside :func:`session`.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from contextlib import contextmanager
+from pathlib import Path
+
+import mlflow
+
+EXPERIMENTS = {"neighbourhood": "hpcvar-neighbourhood", "deviation": "hpcvar-deviation",
+               "forecast": "hpcvar-forecast"}
+
+
+def default_store(dataset_dir: str | Path) -> Path:
+    return Path(dataset_dir).resolve().parent / "mlflow.db"
+
+
+def tracking_uri(dataset_dir: str | Path) -> str:
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{default_store(dataset_dir)}"
+
+
+def artifact_location(dataset_dir: str | Path, analysis: str) -> str | None:
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return None
+    return (Path(dataset_dir).resolve().parent / "mlartifacts" / EXPERIMENTS[analysis]).as_uri()
+
+
+@contextmanager
+def session(analysis: str, dataset_dir: str | Path):
+    """Exclusive access to the store with ``analysis``'s experiment active; yields the experiment id."""
+    uri = tracking_uri(dataset_dir)
+    lock_path = Path(uri[len("sqlite:///"):] + ".lock") if uri.startswith("sqlite:///") else \
+        Path(dataset_dir).resolve().parent / ".mlflow.lock"
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            mlflow.set_tracking_uri(uri)
+            name = EXPERIMENTS[analysis]
+            exp = mlflow.get_experiment_by_name(name)
+            exp_id = exp.experiment_id if exp else mlflow.create_experiment(
+                name, artifact_location=artifact_location(dataset_dir, analysis),
+                tags={"hpcvar.analysis": analysis})
+            mlflow.set_experiment(experiment_id=exp_id)
+            yield exp_id
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
