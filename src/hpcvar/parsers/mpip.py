@@ -19,6 +19,7 @@ Routine names are the ones mpiP prints, without the ``MPI_`` prefix (``Allreduce
 
 from __future__ import annotations
 
+import io
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from hpcvar.parsers.errors import ParseError
@@ -244,21 +246,22 @@ def _tasks(path: Path, section: _Section, hosts: dict[int, str]) -> pd.DataFrame
     columns, rows = _table(path, section, "Task")
     if columns != ["Task", "AppTime", "MPITime", "MPI%"]:
         raise ParseError(path, "expected columns 'Task AppTime MPITime MPI%'", section.line + 2)
-    records = []
-    for number, text in rows:
-        fields = _fields(path, number, text, columns, section.title)
-        if records and records[-1][0] is None:
-            raise ParseError(path, "rows after the '*' aggregate row", number)
-        rank = None if fields[0] == "*" else _integer(path, number, fields[0], "Task")
-        if rank is not None and rank != len(records):
-            raise ParseError(path, f"expected task {len(records)}, found {rank}", number)
-        values = [_number(path, number, tok, col) for tok, col in zip(fields[1:], columns[1:])]
-        records.append([rank, None if rank is None else hosts.get(rank), *values])
-    if not records or records[-1][0] is not None:
+    cols = _columns(path, rows, columns, section.title)
+    star = np.flatnonzero((cols["Task"].astype(str) == "*").to_numpy())
+    if star.size == 0 or star[0] != len(rows) - 1:
+        if star.size:
+            raise ParseError(path, "rows after the '*' aggregate row", rows[star[0] + 1][0])
         raise ParseError(path, "the MPI Time table has no '*' aggregate row", section.body[-1][0])
-    frame = pd.DataFrame(records, columns=TASK_COLUMNS)
-    frame["host"] = frame["host"].astype("str")
-    return frame
+    ranks = _integers(path, rows[:-1], cols["Task"].iloc[:-1].astype(str), "Task")
+    wrong = np.flatnonzero(ranks != np.arange(len(ranks)))
+    if wrong.size:
+        i = int(wrong[0])
+        raise ParseError(path, f"expected task {i}, found {ranks[i]}", rows[i][0])
+    frame = pd.DataFrame({
+        "rank": pd.array([*ranks, pd.NA], dtype="Int64"),
+        "host": [*(str(hosts.get(r)) for r in ranks), "None"],
+        **{name: _numbers(path, rows, cols[col], col) for name, col in zip(TASK_COLUMNS[2:], columns[1:])}})
+    return frame[TASK_COLUMNS]
 
 
 def _locations(path: Path, section: _Section | None) -> pd.DataFrame:
@@ -309,20 +312,65 @@ def _aggregate(path: Path, section: _Section | None) -> pd.DataFrame:
 
 
 def _stats(path: Path, section: _Section | None) -> pd.DataFrame:
-    rows = []
-    if section is not None:
-        columns, table = _table(path, section, "Name")
-        if columns != _STATS_COLUMNS:
-            raise ParseError(path, f"expected columns {' '.join(_STATS_COLUMNS)}", section.line + 2)
+    if section is None:
+        frame = pd.DataFrame(columns=CALLSITE_COLUMNS[:9])
+        frame["rank"] = frame["rank"].astype("Int64")
+        return frame
+    columns, table = _table(path, section, "Name")
+    if columns != _STATS_COLUMNS:
+        raise ParseError(path, f"expected columns {' '.join(_STATS_COLUMNS)}", section.line + 2)
+    # A 512-node report has ~200k rows here: split and convert column-wise, and only when a
+    # check fails go back to the row to name its line.
+    cols = _columns(path, table, columns, section.title)
+    rank_star = cols["Rank"].astype(str) == "*"
+    rank = _integers(path, table, cols["Rank"].astype(str).where(~rank_star, "0"), "Rank")
+    frame = pd.DataFrame({
+        "site": _integers(path, table, cols["Site"], "Site"), "routine": cols["Name"],
+        "rank": pd.array(np.where(rank_star, 0, rank), dtype="Int64"),
+        "count": _integers(path, table, cols["Count"], "Count"),
+        **{name: _numbers(path, table, cols[col], col) for name, col in zip(CALLSITE_COLUMNS[4:9], columns[4:])}})
+    frame.loc[rank_star.to_numpy(), "rank"] = pd.NA
+    return frame[CALLSITE_COLUMNS[:9]]
+
+
+def _columns(path: Path, table: list[tuple[int, str]], columns: list[str], title: str) -> pd.DataFrame:
+    """The rows of ``table`` as columns, parsed by pandas' C reader (numbers typed where they parse).
+
+    A row with the wrong number of fields names its line; a value that does not parse leaves its
+    column as text, and :func:`_integers`/:func:`_numbers` then name the offending line.
+    """
+    try:
+        frame = pd.read_csv(io.StringIO("\n".join(text for _, text in table)), sep=r"\s+", header=None,
+                            names=columns, engine="c", na_filter=False, dtype={c: str for c in ("Name", "Call")})
+    except (pd.errors.ParserError, ValueError):
+        frame = None
+    if frame is None or len(frame) != len(table) or frame.isna().any().any():
         for number, text in table:
-            fields = _fields(path, number, text, columns, section.title)
-            rank = None if fields[2] == "*" else _integer(path, number, fields[2], "Rank")
-            rows.append([_integer(path, number, fields[1], "Site"), fields[0], rank,
-                         _integer(path, number, fields[3], "Count"),
-                         *(_number(path, number, tok, col) for tok, col in zip(fields[4:], columns[4:]))])
-    frame = pd.DataFrame(rows, columns=CALLSITE_COLUMNS[:9])
-    frame["rank"] = frame["rank"].astype("Int64")
+            _fields(path, number, text, columns, title)  # raises with the line
+        raise ParseError(path, f"could not read table {title!r}", table[0][0] if table else None)
     return frame
+
+
+def _integers(path: Path, table: list[tuple[int, str]], values: pd.Series, column: str) -> np.ndarray:
+    if pd.api.types.is_integer_dtype(values) and (values >= 0).all():
+        return values.to_numpy(dtype="int64")
+    text = values.astype(str)
+    ok = text.str.isdigit().to_numpy(dtype=bool)
+    if not ok.all():
+        i = int(np.flatnonzero(~ok)[0])
+        _integer(path, table[i][0], text.iloc[i], column)  # raises with the line
+    return text.astype("int64").to_numpy()
+
+
+def _numbers(path: Path, table: list[tuple[int, str]], values: pd.Series, column: str) -> np.ndarray:
+    if pd.api.types.is_numeric_dtype(values):
+        return values.to_numpy(dtype=float)
+    out = pd.to_numeric(values, errors="coerce").to_numpy(dtype=float)
+    bad = np.isnan(out) & ~values.astype(str).str.lower().isin(["nan", "-nan"]).to_numpy()
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        _number(path, table[i][0], values.iloc[i], column)  # raises with the line
+    return out
 
 
 def _routines(aggregate: pd.DataFrame, stats: pd.DataFrame) -> pd.DataFrame:
