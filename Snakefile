@@ -7,9 +7,13 @@ configfile: "config/config.yaml"
 include: "workflow/rules/common.smk"
 include: "workflow/rules/simulate.smk"
 include: "workflow/rules/collate.smk"
+include: "workflow/rules/analyses.smk"
 
 
 rule all:
     input:
         f"{RESULTS}/summary.txt",
+        f"{RESULTS}/analyses/neighbourhood/summary.json",
+        f"{RESULTS}/analyses/deviation/summary.json",
+        f"{RESULTS}/analyses/forecast/summary.json",
     default_target: True

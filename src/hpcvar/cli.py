@@ -78,6 +78,30 @@ def cmd_summary(a) -> int:
     return 0
 
 
+def cmd_analysis(a) -> int:
+    import importlib
+
+    module = importlib.import_module(f"hpcvar.analyses.{a.cmd}")
+    config = {}
+    if a.config:
+        import yaml
+
+        config = yaml.safe_load(Path(a.config).read_text()) or {}
+        config = config.get(a.cmd, config)
+    config.update({k: yaml_value(v) for k, v in _kv(a.set).items()})
+    summary = module.run(a.dataset, a.out, config)
+    print(f"{a.cmd}: {len(summary['datasets'])} datasets -> {Path(a.out) / 'summary.json'} "
+          f"(MLflow: {summary['mlflow']['tracking_uri']}, experiment {summary['mlflow']['experiment_id']})")
+    return 0
+
+
+def yaml_value(text: str):
+    """``--set`` values are YAML: numbers, lists (``[3, 8]``) and mappings work as in config.yaml."""
+    import yaml
+
+    return yaml.safe_load(text)
+
+
 def cmd_schema(a) -> int:
     from hpcvar.schema import markdown
 
@@ -115,6 +139,20 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("dataset")
     s.add_argument("--out", help="also write it to this file")
     s.set_defaults(func=cmd_summary)
+
+    analyses = {
+        "neighbourhood": "rank users whose concurrent large jobs go with slow runs (mutual information, Pearson)",
+        "deviation": "rank counters explaining per-step deviations (LightGBM + RFE in grouped CV)",
+        "forecast": "forecast the next k steps from the last m (attention model vs baselines)",
+    }
+    for name, text in analyses.items():
+        s = sub.add_parser(name, help=text, description=f"{text}. Logs to MLflow and writes OUT/summary.json.")
+        s.add_argument("dataset", help="dataset directory written by `hpcvar collate`")
+        s.add_argument("--out", required=True, help="directory for summary.json, tables and figures")
+        s.add_argument("--config", help=f"YAML file with the settings (its '{name}:' section if present)")
+        s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                       help="override one setting, e.g. --set folds=5 (value is YAML; repeatable)")
+        s.set_defaults(func=cmd_analysis)
 
     s = sub.add_parser("schema", help="print the dataset schema as Markdown")
     s.add_argument("--markdown", action="store_true", help="(the only format; accepted for clarity)")

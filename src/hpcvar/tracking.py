@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import fcntl
 import os
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
 import mlflow
+import pandas as pd
 
 EXPERIMENTS = {"neighbourhood": "hpcvar-neighbourhood", "deviation": "hpcvar-deviation",
                "forecast": "hpcvar-forecast"}
@@ -56,3 +58,17 @@ def session(analysis: str, dataset_dir: str | Path):
             yield exp_id
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def log_dataset(df: pd.DataFrame, source: str | Path, name: str, context: str = "training") -> None:
+    """Log ``df`` as the active run's input dataset (``mlflow.data``), sourced from a local path.
+
+    Integer columns become float64, as MLflow's schema inference asks, so a missing value at
+    inference time cannot break the schema.
+    """
+    ints = {c: "float64" for c in df.columns if pd.api.types.is_integer_dtype(df[c])}
+    with warnings.catch_warnings():
+        # MLflow registers its local-file source class twice and warns that the path is ambiguous.
+        warnings.filterwarnings("ignore", message="The specified dataset source can be interpreted")
+        dataset = mlflow.data.from_pandas(df.astype(ints), source=Path(source).resolve().as_uri(), name=name)
+    mlflow.log_input(dataset, context=context)

@@ -1,0 +1,140 @@
+"""Neighbourhood analysis: which users' concurrent jobs go with slow runs (paper Section IV-A).
+
+Per dataset: the users with a job larger than ``threshold_nodes`` running during each run form a
+binary co-occurrence matrix M (runs x users); a run is *optimal* when ``t_r < tau * mean(t)``;
+users are ranked by the mutual information between their column of M and optimality
+(scikit-learn), with the co-occurrence count and the direction of the effect (mean run time with
+the user around vs without). The same group's later Perlmutter/Frontier study ranks instead by
+the Pearson correlation between run time and the user's concurrently allocated node count (0
+when absent); both rankings are reported. Users in several datasets' top lists form the
+cross-dataset table (the paper's Table III).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy.stats import pearsonr
+from sklearn.feature_selection import mutual_info_classif
+
+from hpcvar import tracking
+from hpcvar.analyses.common import datasets, load, savefig, write_summary
+
+DEFAULTS = {"threshold_nodes": 128, "tau": 1.0, "top_k": 10, "min_runs": 4}
+
+
+def ranking(runs: pd.DataFrame, neigh: pd.DataFrame, threshold_nodes: int, tau: float) -> pd.DataFrame:
+    """Both rankings for one dataset's runs; one row per qualified user, best MI first."""
+    big = neigh[(neigh["num_nodes"] > threshold_nodes) & neigh["run_id"].isin(runs["run_id"])]
+    times = runs.set_index("run_id")["total_time_s"]
+    cols = ["user", "mi", "rank_mi", "cooccurrence", "share_of_runs", "mean_time_with_s", "mean_time_without_s",
+            "direction", "nodes_r", "nodes_p", "rank_r"]
+    if big.empty:
+        return pd.DataFrame(columns=cols)
+    presence = pd.crosstab(big["run_id"], big["user"]).reindex(times.index, fill_value=0).clip(upper=1)
+    optimal = (times < tau * times.mean()).astype(int).to_numpy()
+    mi = mutual_info_classif(presence.to_numpy(), optimal, discrete_features=True, random_state=0)
+    nodes = big.groupby(["run_id", "user"])["num_nodes"].sum().unstack(fill_value=0).reindex(times.index, fill_value=0)
+    rows = []
+    for j, user in enumerate(presence.columns):
+        mask = presence[user].to_numpy() == 1
+        with_t = times[mask].mean()
+        without_t = times[~mask].mean() if (~mask).any() else np.nan
+        if nodes[user].nunique() > 1 and times.nunique() > 1:
+            r, p = pearsonr(nodes[user].to_numpy(), times.to_numpy())
+        else:
+            r, p = np.nan, np.nan
+        rows.append({"user": user, "mi": mi[j], "cooccurrence": int(mask.sum()), "share_of_runs": mask.mean(),
+                     "mean_time_with_s": with_t, "mean_time_without_s": without_t,
+                     "direction": "slower" if with_t > without_t else "faster" if with_t < without_t else "none",
+                     "nodes_r": r, "nodes_p": p})
+    table = pd.DataFrame(rows)
+    # Ties in MI (users present in the same runs) are broken by how often the user is there.
+    table = table.sort_values(["mi", "cooccurrence"], ascending=False).reset_index(drop=True)
+    table["rank_mi"] = np.arange(1, len(table) + 1)
+    order = table["nodes_r"].abs().fillna(-1).rank(ascending=False, method="first")
+    table["rank_r"] = order.astype(int)
+    return table[cols]
+
+
+def cross_dataset(tables: dict[str, pd.DataFrame], top_k: int) -> pd.DataFrame:
+    """Users among the top ``top_k`` by MI (and slowing runs) in more than one dataset (Table III)."""
+    tops = {ds: t[(t["rank_mi"] <= top_k) & (t["direction"] == "slower")] for ds, t in tables.items()}
+    users = pd.Series([u for t in tops.values() for u in t["user"]]).value_counts()
+    shared = users[users > 1].index
+    rows = [{"user": u, "datasets": int(users[u]),
+             **{ds: (int(t.loc[t["user"] == u, "rank_mi"].iloc[0]) if (t["user"] == u).any() else None)
+                for ds, t in tops.items()}} for u in shared]
+    cols = ["user", "datasets", *tables]
+    return pd.DataFrame(rows, columns=cols).sort_values(["datasets", "user"], ascending=[False, True])
+
+
+def _figure(table: pd.DataFrame, dataset: str, top_k: int, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    top = table.head(top_k).iloc[::-1]
+    fig, ax = plt.subplots(figsize=(6, 0.35 * len(top) + 1.2))
+    colours = ["#c0392b" if d == "slower" else "#2980b9" for d in top["direction"]]
+    ax.barh(top["user"], top["mi"], color=colours)
+    ax.set_xlabel("mutual information with run optimality (nats)")
+    ax.set_title(f"{dataset}: users running alongside (red: runs slower with them)")
+    return savefig(fig, path)
+
+
+def run(dataset_dir: str | Path, out_dir: str | Path, config: dict | None = None) -> dict:
+    cfg = {**DEFAULTS, **(config or {})}
+    out_dir = Path(out_dir)
+    data = load(dataset_dir, tables=("runs", "neighbourhood"))
+    runs, neigh = data["runs"], data["neighbourhood"]
+    tables, summary = {}, {"analysis": "neighbourhood", "params": cfg, "datasets": {}}
+    for name in datasets(runs, cfg["min_runs"]):
+        ds_runs = runs[runs["dataset"] == name]
+        table = ranking(ds_runs, neigh, cfg["threshold_nodes"], cfg["tau"])
+        tables[name] = table
+        d = out_dir / name
+        d.mkdir(parents=True, exist_ok=True)
+        table.to_csv(d / "ranking.csv", index=False)
+        if len(table):
+            _figure(table, name, cfg["top_k"], d / "top_users.svg")
+        times = ds_runs["total_time_s"]
+        summary["datasets"][name] = {
+            "runs": len(ds_runs), "qualified_users": len(table),
+            "optimal_runs": int((times < cfg["tau"] * times.mean()).sum()),
+            "top_users": table.head(cfg["top_k"]).to_dict("records"),
+            "top_users_by_nodes_r": table.sort_values("rank_r").head(cfg["top_k"])[
+                ["user", "nodes_r", "nodes_p", "cooccurrence"]].to_dict("records"),
+        }
+        print(f"neighbourhood: {name}: {len(ds_runs)} runs, {len(table)} users with jobs > "
+              f"{cfg['threshold_nodes']} nodes", file=sys.stderr, flush=True)
+    cross = cross_dataset(tables, cfg["top_k"])
+    cross.to_csv(out_dir / "cross_dataset.csv", index=False)
+    summary["cross_dataset"] = cross.to_dict("records")
+    summary["mlflow"] = _log(dataset_dir, out_dir, cfg, runs, neigh, tables, summary)
+    write_summary(out_dir / "summary.json", summary)
+    return summary
+
+
+def _log(dataset_dir, out_dir: Path, cfg: dict, runs, neigh, tables, summary) -> dict:
+    import mlflow
+
+    ids = {}
+    with tracking.session("neighbourhood", dataset_dir) as exp_id:
+        for name, table in tables.items():
+            with mlflow.start_run(run_name=name, tags={"hpcvar.dataset": name}) as r:
+                ds_runs = runs[runs["dataset"] == name]
+                tracking.log_dataset(neigh[neigh["run_id"].isin(ds_runs["run_id"])],
+                                     Path(dataset_dir) / "neighbourhood", f"{name}-neighbourhood", "analysis")
+                mlflow.log_params(cfg)
+                d = summary["datasets"][name]
+                mlflow.log_metrics({"runs": d["runs"], "qualified_users": d["qualified_users"],
+                                    "optimal_runs": d["optimal_runs"],
+                                    "top_mi": float(table["mi"].iloc[0]) if len(table) else 0.0})
+                mlflow.log_artifacts(str(out_dir / name), artifact_path="neighbourhood")
+                ids[name] = r.info.run_id
+        return {"tracking_uri": mlflow.get_tracking_uri(), "experiment_id": exp_id, "runs": ids}
