@@ -7,6 +7,7 @@ SOURCES.md naming where every file came from). ``HPCVAR_SAMPLES`` overrides the 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -27,3 +28,34 @@ def samples() -> Path:
     if not SAMPLES.is_dir():
         pytest.fail(f"sample outputs not found at {SAMPLES}; set HPCVAR_SAMPLES")
     return SAMPLES
+
+
+@dataclass(frozen=True)
+class Campaign:
+    raw: Path
+    dataset: Path
+    truth: dict
+
+
+SALT = b"test-salt"
+
+
+@pytest.fixture(scope="session")
+def campaign(tmp_path_factory):
+    """``campaign(preset, seed, days)``: a simulated campaign, collated; built once per session."""
+    from hpcvar.anonymise import Pseudonymiser
+    from hpcvar.collate import collate
+    from hpcvar.simulate import simulate
+
+    cache: dict[tuple, Campaign] = {}
+
+    def get(preset: str = "demo", seed: int = 0, days: int = 30) -> Campaign:
+        key = (preset, seed, days)
+        if key not in cache:
+            base = tmp_path_factory.mktemp(f"{preset}-s{seed}-d{days}")
+            truth = simulate(preset, seed=seed, out=base / "raw", overrides={"days": days}, progress=False)
+            collate(base / "raw", base / "dataset", Pseudonymiser(SALT))
+            cache[key] = Campaign(base / "raw", base / "dataset", truth)
+        return cache[key]
+
+    return get

@@ -45,10 +45,11 @@ def session(analysis: str, dataset_dir: str | Path):
     lock_path = Path(uri[len("sqlite:///"):] + ".lock") if uri.startswith("sqlite:///") else \
         Path(dataset_dir).resolve().parent / ".mlflow.lock"
     lock_path.parent.mkdir(parents=True, exist_ok=True)
+    user_uri = os.environ.get("MLFLOW_TRACKING_URI")
     with open(lock_path, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            mlflow.set_tracking_uri(uri)
+            mlflow.set_tracking_uri(uri)  # note: MLflow also exports this as MLFLOW_TRACKING_URI
             name = EXPERIMENTS[analysis]
             exp = mlflow.get_experiment_by_name(name)
             exp_id = exp.experiment_id if exp else mlflow.create_experiment(
@@ -57,6 +58,11 @@ def session(analysis: str, dataset_dir: str | Path):
             mlflow.set_experiment(experiment_id=exp_id)
             yield exp_id
         finally:
+            # Undo the export, or the next session in this process would log to this store.
+            if user_uri is None:
+                os.environ.pop("MLFLOW_TRACKING_URI", None)
+            else:
+                os.environ["MLFLOW_TRACKING_URI"] = user_uri
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 

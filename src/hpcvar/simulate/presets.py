@@ -100,8 +100,8 @@ class Preset:
 
 
 PRESETS = {
-    # The main job's default: all six datasets on a smaller machine over a few days.
-    "demo": Preset("demo", groups=12, rows=4, cols=12, io_groups=2, io_routers_per_group=2, days=5,
+    # The main job's default: all six datasets on a smaller machine over two weeks (~130 runs).
+    "demo": Preset("demo", groups=12, rows=4, cols=12, io_groups=2, io_routers_per_group=2, days=15,
                    users=36, large_users=12, culprit_pool=4, ldms_interval=10.0, ldms_sys_routers=24,
                    mpip_fraction=0.34),
     # The paper's scale: Cori-like machine, >= 1,200 runs, plus one 620-step MILC run.
