@@ -90,3 +90,28 @@ def test_ui_path_experiments_runs_metrics_models_artifacts(server):
     nb_id = exps["hpcvar-neighbourhood"]["experiment_id"]
     nb_runs = call(base, "/api/2.0/mlflow/runs/search", {"experiment_ids": [nb_id], "max_results": 100})["runs"]
     assert {r["info"]["run_name"] for r in nb_runs} == set(summaries["neighbourhood"]["datasets"])
+
+
+def test_parallel_analyses_share_one_store(campaign, tmp_path):
+    """As with `snakemake --cores 2`: analyses started together on a fresh store all succeed."""
+    import shutil
+
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    c = campaign("demo", 0, 15)
+    shutil.copytree(c.dataset, tmp_path / "dataset")
+    hpcvar = [sys.executable, "-m", "hpcvar"]
+    jobs = [("neighbourhood", []), ("deviation", ["--set", "folds=3"]), ("neighbourhood", ["--set", "top_k=5"])]
+    procs = [subprocess.Popen([*hpcvar, name, str(tmp_path / "dataset"), "--out", str(tmp_path / f"out{i}"), *extra],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for i, (name, extra) in enumerate(jobs)]
+    outputs = [p.communicate(timeout=600)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], outputs
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    client = MlflowClient()
+    names = [e.name for e in client.search_experiments()]
+    assert names.count("hpcvar-neighbourhood") == 1 and names.count("hpcvar-deviation") == 1
+    nb = client.get_experiment_by_name("hpcvar-neighbourhood")
+    n_datasets = len(json.loads((tmp_path / "out0" / "summary.json").read_text())["datasets"])
+    assert len(client.search_runs([nb.experiment_id])) == 2 * n_datasets
