@@ -90,8 +90,10 @@ def cmd_analysis(a) -> int:
         config = config.get(a.cmd, config)
     config.update({k: yaml_value(v) for k, v in _kv(a.set).items()})
     summary = module.run(a.dataset, a.out, config)
+    from hpcvar import tracking
+
     print(f"{a.cmd}: {len(summary['datasets'])} datasets -> {Path(a.out) / 'summary.json'} "
-          f"(MLflow: {summary['mlflow']['tracking_uri']}, experiment {summary['mlflow']['experiment_id']})")
+          f"(MLflow: {tracking.tracking_uri(a.dataset)}, experiment {tracking.EXPERIMENTS[a.cmd]})")
     return 0
 
 
