@@ -205,3 +205,17 @@ def test_sessions_in_one_process_use_their_own_store(tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mine.db'}")
     with tracking.session("deviation", tmp_path / "c" / "dataset"):
         assert mlflow.get_tracking_uri() == f"sqlite:///{tmp_path / 'mine.db'}"
+
+
+def test_artifacts_go_beside_the_store_not_to_the_working_directory(tmp_path, monkeypatch):
+    from hpcvar import tracking
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.chdir(tmp_path)
+    with tracking.session("neighbourhood", tmp_path / "results" / "dataset") as exp_id:
+        with mlflow.start_run():
+            mlflow.log_text("x", "a.txt")
+        location = mlflow.get_experiment(exp_id).artifact_location
+    assert location == (tmp_path / "results" / "mlartifacts" / "hpcvar-neighbourhood").as_uri()
+    assert list((tmp_path / "results" / "mlartifacts").rglob("a.txt"))
+    assert not (tmp_path / "mlruns").exists()

@@ -33,6 +33,7 @@ def tracking_uri(dataset_dir: str | Path) -> str:
 
 
 def artifact_location(dataset_dir: str | Path, analysis: str) -> str | None:
+    """Local artifact root for the default store; a user's own tracking server decides its own."""
     if os.environ.get("MLFLOW_TRACKING_URI"):
         return None
     return (Path(dataset_dir).resolve().parent / "mlartifacts" / EXPERIMENTS[analysis]).as_uri()
@@ -46,6 +47,8 @@ def session(analysis: str, dataset_dir: str | Path):
         Path(dataset_dir).resolve().parent / ".mlflow.lock"
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     user_uri = os.environ.get("MLFLOW_TRACKING_URI")
+    # Before set_tracking_uri, which exports MLFLOW_TRACKING_URI and would hide the default store.
+    artifacts = artifact_location(dataset_dir, analysis)
     with open(lock_path, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
@@ -53,7 +56,7 @@ def session(analysis: str, dataset_dir: str | Path):
             name = EXPERIMENTS[analysis]
             exp = mlflow.get_experiment_by_name(name)
             exp_id = exp.experiment_id if exp else mlflow.create_experiment(
-                name, artifact_location=artifact_location(dataset_dir, analysis),
+                name, artifact_location=artifacts,
                 tags={"hpcvar.analysis": analysis})
             mlflow.set_experiment(experiment_id=exp_id)
             yield exp_id

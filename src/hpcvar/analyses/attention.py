@@ -1,0 +1,169 @@
+"""The paper's forecaster: scaled dot-product attention over the last m steps, then a
+fully-connected head.
+
+Input: a window of ``m`` steps x ``F`` features, each the relative deviation of the step's value
+from the training runs' mean at that step (the step's own duration deviation first).
+Output: the log of the ratio of the next k steps' time to the mean profile's time for them.
+
+With a few dozen training runs per dataset, a free network does worse than persistence, so the
+model is built to start from persistence and earn every departure from it: the head outputs a
+correction to persistence's log-ratio and starts at zero, the counters' input weights start near
+zero, and training keeps the untrained model unless an epoch beats it on the validation runs.
+
+The module carries the training windows' per-feature centre and scale as buffers, so the saved
+model takes raw relative deviations (what :mod:`hpcvar.analyses.forecast` builds) as input.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import warnings
+from contextlib import contextmanager
+
+import numpy as np
+import pytorch_lightning as pl
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def log_ratio(x):
+    """Relative deviation -> log of the ratio to the mean: counters respond multiplicatively to
+    congestion, so their logs move additively with it."""
+    if isinstance(x, np.ndarray):
+        return np.log1p(np.clip(x, -0.99, None))
+    return torch.log1p(torch.clamp(x, min=-0.99))
+
+
+def persistence_log_ratio(x: torch.Tensor) -> torch.Tensor:
+    """log of the window's mean duration ratio to the profile (feature 0 is the duration deviation)."""
+    return torch.log(torch.clamp(1.0 + x[:, :, 0], min=1e-3).mean(dim=1))
+
+
+class AttentionForecaster(pl.LightningModule):
+    """Each step is embedded linearly plus a learned position; one query per head (a learned
+    vector plus the last step's embedding) attends over the m steps; a fully-connected head reads
+    the attended context beside the last step's embedding and outputs a correction to the
+    persistence forecast's log-ratio (the window's mean duration ratio to its profile)."""
+
+    def __init__(self, n_features: int, m: int, hidden: int = 32, heads: int = 4, lr: float = 3e-3,
+                 weight_decay: float = 1e-4, center: np.ndarray | None = None, scale: np.ndarray | None = None):
+        super().__init__()
+        if hidden % heads:
+            raise ValueError(f"hidden ({hidden}) must be a multiple of heads ({heads})")
+        self.save_hyperparameters(ignore=["center", "scale"])
+        self.register_buffer("center", torch.as_tensor(np.zeros(n_features) if center is None else center,
+                                                       dtype=torch.float32))
+        self.register_buffer("scale", torch.as_tensor(np.ones(n_features) if scale is None else scale,
+                                                      dtype=torch.float32))
+        self.embed = nn.Linear(n_features, hidden)
+        # Counters start almost switched off: with a few dozen training runs, a model that must
+        # earn each counter's weight generalises better than one that starts by fitting all of them.
+        with torch.no_grad():
+            self.embed.weight[:, 1:] *= 0.01
+        self.position = nn.Parameter(0.02 * torch.randn(m, hidden))
+        self.query = nn.Parameter(0.02 * torch.randn(hidden))
+        self.q_proj = nn.Linear(hidden, hidden)
+        self.kv_proj = nn.Linear(hidden, 2 * hidden)
+        # The head corrects persistence and starts at no correction.
+        self.head = nn.Linear(2 * hidden, 1)
+        nn.init.zeros_(self.head.weight)
+        nn.init.zeros_(self.head.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, m, _ = x.shape
+        heads, hidden = self.hparams.heads, self.hparams.hidden
+        h = self.embed((log_ratio(x) - self.center) / self.scale) + self.position
+        last = h[:, -1]
+        q = self.q_proj(last + self.query).view(b, heads, 1, hidden // heads)
+        k, v = self.kv_proj(h).view(b, m, 2, heads, hidden // heads).permute(2, 0, 3, 1, 4)
+        context = F.scaled_dot_product_attention(q, k, v).reshape(b, hidden)
+        return persistence_log_ratio(x) + self.head(torch.cat([context, last], dim=-1)).squeeze(-1)
+
+    def _loss(self, batch) -> torch.Tensor:
+        x, y = batch
+        # L1 on the log-ratio: close to the relative (percentage) error that MAPE scores.
+        return F.l1_loss(self(x), y)
+
+    def training_step(self, batch, batch_idx):
+        return self._loss(batch)
+
+    def validation_step(self, batch, batch_idx):
+        self.log("val_loss", self._loss(batch), prog_bar=False)
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        self.eval()
+        with torch.no_grad():
+            return self(torch.as_tensor(x, dtype=torch.float32)).numpy().astype(float)
+
+
+class BestWeights(pl.Callback):
+    """Keeps the weights of the epoch with the lowest validation loss and restores them at the end
+    (early stopping alone would leave the last, ``patience`` epochs worse, weights). The untrained
+    model (pure persistence) is the first candidate: training must beat it on the validation runs."""
+
+    def __init__(self, module: pl.LightningModule, x_val: torch.Tensor, y_val: torch.Tensor):
+        module.eval()
+        with torch.no_grad():
+            self.best = float(F.l1_loss(module(x_val), y_val))
+        self.state = copy.deepcopy(module.state_dict())
+        module.train()
+
+    def on_validation_end(self, trainer, module):
+        loss = trainer.callback_metrics.get("val_loss")
+        if loss is not None and float(loss) < self.best:
+            self.best, self.state = float(loss), copy.deepcopy(module.state_dict())
+
+    def on_fit_end(self, trainer, module):
+        module.load_state_dict(self.state)
+
+
+@contextmanager
+def quiet_lightning():
+    """Lightning's per-fit banners and data-loader advice would swamp the progress lines."""
+    loggers = [logging.getLogger(n) for n in ("pytorch_lightning", "lightning.pytorch", "lightning_fabric")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", module="pytorch_lightning")
+        warnings.filterwarnings("ignore", module="lightning_fabric")
+        try:
+            yield
+        finally:
+            for lg, level in zip(loggers, levels):
+                lg.setLevel(level)
+
+
+def fit(x: np.ndarray, y: np.ndarray, x_val: np.ndarray | None, y_val: np.ndarray | None, *, seed: int,
+        hidden: int, lr: float, weight_decay: float, max_epochs: int, patience: int,
+        batch_size: int) -> AttentionForecaster:
+    """Train on windows ``x`` (n, m, F) -> log-ratios ``y``; early stopping on the validation
+    windows when given, else ``max_epochs`` epochs."""
+    pl.seed_everything(seed, workers=True, verbose=False)
+    flat = log_ratio(x).reshape(-1, x.shape[-1])
+    center, scale = flat.mean(axis=0), flat.std(axis=0)
+    scale = np.where(np.isfinite(scale) & (scale > 1e-9), scale, 1.0)
+    model = AttentionForecaster(x.shape[-1], x.shape[1], hidden=hidden, lr=lr, weight_decay=weight_decay,
+                                center=center, scale=scale)
+    gen = torch.Generator().manual_seed(seed)
+    train = DataLoader(TensorDataset(torch.as_tensor(x, dtype=torch.float32), torch.as_tensor(y, dtype=torch.float32)),
+                       batch_size=batch_size, shuffle=True, generator=gen)
+    callbacks, val = [], None
+    if x_val is not None and len(x_val):
+        xv, yv = torch.as_tensor(x_val, dtype=torch.float32), torch.as_tensor(y_val, dtype=torch.float32)
+        val = DataLoader(TensorDataset(xv, yv), batch_size=len(xv))
+        callbacks = [pl.callbacks.EarlyStopping("val_loss", patience=patience), BestWeights(model, xv, yv)]
+    with quiet_lightning():
+        trainer = pl.Trainer(accelerator="auto", devices=1, max_epochs=max_epochs, enable_progress_bar=False,
+                             logger=False, enable_checkpointing=False, enable_model_summary=False,
+                             deterministic=True, callbacks=callbacks,
+                             limit_val_batches=None if val is not None else 0, num_sanity_val_steps=0)
+        trainer.fit(model, train, val)
+    model.eval()
+    return model
