@@ -49,6 +49,15 @@ def test_main_job_end_to_end(workdir):
     runs = pd.read_parquet(workdir / "results" / "dataset" / "runs")
     assert len(runs) > 30 and runs["user"].str.startswith("user-").all()
     assert (workdir / "results" / "logs" / "collate.log").read_text().strip()
+    # The three analyses ran on every dataset and logged to the store beside the dataset.
+    import json
+
+    for analysis in ("neighbourhood", "deviation", "forecast"):
+        summary = json.loads((workdir / "results" / "analyses" / analysis / "summary.json").read_text())
+        assert len(summary["datasets"]) == 6, analysis
+        assert summary["mlflow"]["tracking_uri"] == f"sqlite:///{workdir / 'results' / 'mlflow.db'}"
+    assert list((workdir / "results" / "mlartifacts").rglob("relevance.svg"))
+    assert not (workdir / "mlruns").exists()
     # The salt stays local, outside results/.
     assert (workdir / ".hpcvar-salt").exists()
     salt = (workdir / ".hpcvar-salt").read_text().strip()
