@@ -59,3 +59,15 @@ def campaign(tmp_path_factory):
         return cache[key]
 
     return get
+
+
+@pytest.fixture(autouse=True)
+def _restore_mlflow_tracking_uri():
+    """mlflow.set_tracking_uri exports MLFLOW_TRACKING_URI; undo it so no later test (or the
+    subprocesses it starts) logs to another test's store."""
+    before = os.environ.get("MLFLOW_TRACKING_URI")
+    yield
+    if before is None:
+        os.environ.pop("MLFLOW_TRACKING_URI", None)
+    else:
+        os.environ["MLFLOW_TRACKING_URI"] = before
