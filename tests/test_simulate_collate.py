@@ -388,3 +388,13 @@ def test_sacct_without_needed_fields_is_quarantined_with_the_fields(small_raw, t
     result = collate(small_raw, tmp_path / "dataset", Pseudonymiser(SALT))
     (entry,) = result.quarantined
     assert entry["file"] == str(run / "sacct.txt") and "['User', 'Submit', 'NodeList']" in entry["error"]
+
+
+def test_provenance_missing_from_the_manifest_comes_from_the_perflog(small_raw, tmp_path):
+    run = sorted((small_raw / "runs").iterdir())[0]
+    meta = json.loads((run / "manifest.json").read_text())
+    write_manifest(run, {k: v for k, v in meta.items() if k not in ("files", "software")})
+    collate(small_raw, tmp_path / "dataset", Pseudonymiser(SALT))
+    runs = Dataset(tmp_path / "dataset").read("runs").set_index("run_id")
+    # The application's version from the perflog's `software` field, not ReFrame's own `version`.
+    assert runs.loc[run.name, "software"] == meta["software"] != "4.10.4"

@@ -332,8 +332,10 @@ def collate(raw: str | Path, out: str | Path, pseudonymise: Pseudonymiser) -> Co
     if not perflogs.empty and "job_id" in perflogs.columns:
         for rd in collected:
             hit = perflogs[perflogs["job_id"].astype(str) == rd.run["job_id"]]
-            if rd.run["software"] is None and "version" in hit.columns and len(hit):
-                rd.run["software"] = str(hit["version"].iloc[0])
+            # Perflog fields a site adds for provenance (the perflog's own `version` is ReFrame's).
+            for key in ("software", "container"):
+                if rd.run[key] is None and key in hit.columns and hit[key].notna().any():
+                    rd.run[key] = str(hit[key].dropna().iloc[0])
     sysc = pd.DataFrame()
     if collected and system.ldms is not None and system.ldms.exists():
         sysc = system_counters(system.ldms, topo, collected, result)

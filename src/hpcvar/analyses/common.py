@@ -103,6 +103,16 @@ def write_summary(path: str | Path, summary: dict) -> None:
     tmp.replace(path)
 
 
+def subplots(**kwargs):
+    """A matplotlib figure and axes drawn off-screen (no display on compute or CI machines)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(**kwargs)
+
+
 def savefig(fig, path: Path) -> Path:
     """Save as SVG (crisp, small, opens offline in any browser)."""
     import matplotlib.pyplot as plt

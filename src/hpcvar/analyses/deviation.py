@@ -22,7 +22,8 @@ from sklearn.feature_selection import RFE
 from sklearn.model_selection import GroupKFold
 
 from hpcvar import tracking
-from hpcvar.analyses.common import datasets, feature_columns, load, mape, savefig, step_frame, write_summary
+from hpcvar.analyses.common import (datasets, feature_columns, load, mape, savefig, step_frame, subplots,
+                                    write_summary)
 
 DEFAULTS = {"folds": 10, "n_select": 3, "min_runs": 4, "n_estimators": 80, "learning_rate": 0.1,
             "num_leaves": 15, "seed": 0}
@@ -78,13 +79,8 @@ def cross_validate(frame: pd.DataFrame, counters: list[str], cfg: dict, label: s
 
 
 def _figure(relevance: pd.DataFrame, name: str, path: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     r = relevance.iloc[::-1]
-    fig, ax = plt.subplots(figsize=(6, 0.3 * len(r) + 1.2))
+    fig, ax = subplots(figsize=(6, 0.3 * len(r) + 1.2))
     ax.barh(r["counter"], r["relevance"], color="#34495e")
     ax.set_xlim(0, 1.05)
     ax.set_xlabel("relevance (share of CV folds that keep the counter)")

@@ -21,7 +21,7 @@ from scipy.stats import pearsonr
 from sklearn.feature_selection import mutual_info_classif
 
 from hpcvar import tracking
-from hpcvar.analyses.common import datasets, load, savefig, write_summary
+from hpcvar.analyses.common import datasets, load, savefig, subplots, write_summary
 
 DEFAULTS = {"threshold_nodes": 128, "tau": 1.0, "top_k": 10, "min_runs": 4}
 
@@ -73,13 +73,8 @@ def cross_dataset(tables: dict[str, pd.DataFrame], top_k: int) -> pd.DataFrame:
 
 
 def _figure(table: pd.DataFrame, dataset: str, top_k: int, path: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     top = table.head(top_k).iloc[::-1]
-    fig, ax = plt.subplots(figsize=(6, 0.35 * len(top) + 1.2))
+    fig, ax = subplots(figsize=(6, 0.35 * len(top) + 1.2))
     colours = ["#c0392b" if d == "slower" else "#2980b9" for d in top["direction"]]
     ax.barh(top["user"], top["mi"], color=colours)
     ax.set_xlabel("mutual information with run optimality (nats)")
