@@ -571,22 +571,12 @@ def write_tables_figures(name: str, grid: pd.DataFrame, importance: pd.DataFrame
             "importance_figure": "importance.svg"}
 
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def plot_grid(grid: pd.DataFrame, name: str, path: Path) -> Path:
     """Figures 8/10: attention MAPE (%) over m x k, one panel per feature set."""
-    plt = _pyplot()
     att = grid[grid["model"] == "attention"]
     sets = list(dict.fromkeys(att["feature_set"]))
     ms, ks = sorted(att["m"].unique()), sorted(att["k"].unique())
-    fig, axes = plt.subplots(1, len(sets), figsize=(3.2 * len(sets), 3.0), squeeze=False)
+    fig, axes = common.subplots(1, len(sets), figsize=(3.2 * len(sets), 3.0), squeeze=False)
     vmin, vmax = 100 * att["mape"].min(), 100 * att["mape"].max()
     for ax, fs in zip(axes[0], sets):
         table = att[att["feature_set"] == fs].pivot(index="m", columns="k", values="mape").reindex(index=ms, columns=ks)
@@ -607,10 +597,9 @@ def plot_grid(grid: pd.DataFrame, name: str, path: Path) -> Path:
 def plot_importance(importance: pd.DataFrame, name: str, path: Path) -> Path:
     """Figure 11: permutation importance of the counters in the best cell. The step's own duration
     (the persistence part of every forecast) is far larger, so it goes in the title, not a bar."""
-    plt = _pyplot()
     own = importance[importance["feature"] == "duration"]["mape_increase"]
     imp = importance[importance["feature"] != "duration"].iloc[::-1]
-    fig, ax = plt.subplots(figsize=(5, 0.25 * len(imp) + 1.4))
+    fig, ax = common.subplots(figsize=(5, 0.25 * len(imp) + 1.4))
     ax.barh(imp["feature"], 100 * imp["mape_increase"], xerr=100 * imp["mape_increase_sd"], color="tab:blue")
     ax.set_xlabel("MAPE increase when permuted (percentage points)")
     title = f"{name}: feature importance (attention)"
@@ -622,9 +611,8 @@ def plot_importance(importance: pd.DataFrame, name: str, path: Path) -> Path:
 
 def plot_long_run(table: pd.DataFrame, name: str, m: int, k: int, path: Path) -> Path:
     """Figure 12: each k-step segment's time, actual and forecast from the m steps before it."""
-    plt = _pyplot()
     runs = list(dict.fromkeys(table["run_id"]))
-    fig, axes = plt.subplots(len(runs), 1, figsize=(7, 2.6 * len(runs)), squeeze=False, sharex=True)
+    fig, axes = common.subplots(len(runs), 1, figsize=(7, 2.6 * len(runs)), squeeze=False, sharex=True)
     for ax, run_id in zip(axes[:, 0], runs):
         t = table[table["run_id"] == run_id]
         mid = (t["first_step"] + t["last_step"]) / 2
