@@ -103,14 +103,14 @@ def write_summary(path: str | Path, summary: dict) -> None:
     tmp.replace(path)
 
 
-def subplots(**kwargs):
-    """A matplotlib figure and axes drawn off-screen (no display on compute or CI machines)."""
+def subplots(*args, **kwargs):
+    """``plt.subplots`` drawn off-screen (no display on compute or CI machines)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    return plt.subplots(**kwargs)
+    return plt.subplots(*args, **kwargs)
 
 
 def savefig(fig, path: Path) -> Path:
