@@ -12,12 +12,16 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+import re
 import secrets
 from pathlib import Path
 
 import pandas as pd
 
 DEFAULT_SALT_FILE = Path(".hpcvar-salt")
+
+#: What :class:`Pseudonymiser` produces; names of this shape are not pseudonymised twice.
+PSEUDONYM = re.compile(r"user-[0-9a-f]{10}")
 
 
 def load_salt(salt_file: str | Path | None = None) -> bytes:
@@ -49,6 +53,13 @@ class Pseudonymiser:
             digest = hmac.new(self.salt, name.encode(), hashlib.sha256).hexdigest()
             self._cache[name] = f"user-{digest[:10]}"
         return self._cache[name]
+
+    def ensure(self, name: str | None) -> str | None:
+        """``name`` as a pseudonym: unchanged when it already is one (a dataset collated with
+        anonymisation on), pseudonymised otherwise (one collated with ``--no-anonymise``)."""
+        if isinstance(name, str) and PSEUDONYM.fullmatch(name):
+            return name
+        return self(name)
 
     def series(self, s: pd.Series) -> pd.Series:
         return s.map(self)

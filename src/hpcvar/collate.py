@@ -108,6 +108,11 @@ def _check_manifest(run_dir: Path) -> dict:
     return meta
 
 
+def _iso(ts) -> str | None:
+    """A timestamp as ISO 8601 text for quarantine.jsonl (None when sacct had none)."""
+    return None if ts is None or pd.isna(ts) else pd.Timestamp(ts).isoformat()
+
+
 def _our_job(jobs: pd.DataFrame, job_id: str, path: Path) -> pd.Series:
     mine = jobs[(jobs["job_id"] == str(job_id)) & jobs["step"].isna()]
     if mine.empty:
@@ -149,7 +154,8 @@ def collate_run(run_dir: Path, system: SystemInfo, topo: Topology, meta: dict) -
     me = _our_job(jobs, meta["job_id"], sacct_path)
     if me["state"] != "COMPLETED":
         return {"run_id": run_id, "dataset": meta["dataset"], "job_id": str(meta["job_id"]),
-                "state": me["state"], "file": str(sacct_path), "kind": "failed-run"}
+                "state": me["state"], "file": str(sacct_path), "kind": "failed-run",
+                "start": _iso(me.get("start")), "end": _iso(me.get("end"))}
     nodes = list(me["node_list"])
     unknown = topo.unknown_nodes(nodes)
     if unknown:

@@ -72,7 +72,7 @@ def cross_dataset(tables: dict[str, pd.DataFrame], top_k: int) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols).sort_values(["datasets", "user"], ascending=[False, True])
 
 
-def _figure(table: pd.DataFrame, dataset: str, top_k: int, path: Path) -> Path:
+def plot_top_users(table: pd.DataFrame, dataset: str, top_k: int, path: Path) -> Path:
     top = table.head(top_k).iloc[::-1]
     fig, ax = subplots(figsize=(6, 0.35 * len(top) + 1.2))
     colours = ["#c0392b" if d == "slower" else "#2980b9" for d in top["direction"]]
@@ -96,7 +96,7 @@ def run(dataset_dir: str | Path, out_dir: str | Path, config: dict | None = None
         d.mkdir(parents=True, exist_ok=True)
         table.to_csv(d / "ranking.csv", index=False)
         if len(table):
-            _figure(table, name, cfg["top_k"], d / "top_users.svg")
+            plot_top_users(table, name, cfg["top_k"], d / "top_users.svg")
         times = ds_runs["total_time_s"]
         summary["datasets"][name] = {
             "runs": len(ds_runs), "qualified_users": len(table),
