@@ -7,6 +7,9 @@ SOURCES.md naming where every file came from). ``HPCVAR_SAMPLES`` overrides the 
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,6 +62,36 @@ def campaign(tmp_path_factory):
         return cache[key]
 
     return get
+
+
+SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
+
+
+def snakemake(*args, cwd=REPO, **kw) -> subprocess.CompletedProcess:
+    # As a user runs it: the analyses log to the default store beside the dataset.
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    return subprocess.run([SNAKEMAKE, *args], cwd=cwd, capture_output=True, text=True, env=env, **kw)
+
+
+@dataclass(frozen=True)
+class MainJob:
+    workdir: Path
+    result: subprocess.CompletedProcess
+
+    @property
+    def results(self) -> Path:
+        return self.workdir / "results"
+
+
+@pytest.fixture(scope="session")
+def main_job(tmp_path_factory) -> MainJob:
+    """The main job (`snakemake --cores 2` on the default config) in a copy of the workflow files,
+    so the tests do not touch the checkout's results/. Run once per session."""
+    wd = tmp_path_factory.mktemp("wf")
+    for item in ("Snakefile", "workflow", "config"):
+        src = REPO / item
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, wd / item)
+    return MainJob(wd, snakemake("--cores", "2", cwd=wd))
 
 
 @pytest.fixture(autouse=True)

@@ -104,6 +104,20 @@ def yaml_value(text: str):
     return yaml.safe_load(text)
 
 
+def cmd_report(a) -> int:
+    from hpcvar.anonymise import Pseudonymiser, load_salt
+    from hpcvar.report import build
+
+    pseudo = Pseudonymiser(load_salt(a.salt_file)) if a.anonymise else None
+    result = build(a.dataset, a.out, analyses_dir=a.analyses, figures_dir=a.figures, config_file=a.config,
+                   pseudo=pseudo)
+    figures = sum(len(s["figures"]) for s in result["sections"].values())
+    empty = [k for k, s in result["sections"].items() if s["empty"]]
+    print(f"report: {a.out} ({result['bytes'] / 1e6:.1f} MB, {figures} figures"
+          + (f"; no data for: {', '.join(empty)}" if empty else "") + f"); figures in {result['figures_dir']}")
+    return 0
+
+
 def cmd_schema(a) -> int:
     from hpcvar.schema import markdown
 
@@ -155,6 +169,19 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                        help="override one setting, e.g. --set folds=5 (value is YAML; repeatable)")
         s.set_defaults(func=cmd_analysis)
+
+    s = sub.add_parser("report", help="write the self-contained HTML report for facility staff",
+                       description="One HTML file (figures inline, works offline) from the dataset and the "
+                                   "analyses' summary.json files; sections without data say so.")
+    s.add_argument("dataset", help="dataset directory written by `hpcvar collate`")
+    s.add_argument("--analyses", help="directory holding neighbourhood/, deviation/, forecast/ summaries")
+    s.add_argument("--out", required=True, help="the HTML file to write")
+    s.add_argument("--figures", help="also keep each figure as SVG here (default: beside OUT)")
+    s.add_argument("--config", help="configuration file to show in the provenance footer")
+    s.add_argument("--salt-file", default=".hpcvar-salt", help="salt for user pseudonyms (created if absent)")
+    s.add_argument("--no-anonymise", dest="anonymise", action="store_false",
+                   help="show user names as collated (only for private use; off by default)")
+    s.set_defaults(func=cmd_report)
 
     s = sub.add_parser("schema", help="print the dataset schema as Markdown")
     s.add_argument("--markdown", action="store_true", help="(the only format; accepted for clarity)")

@@ -1,0 +1,412 @@
+"""Assemble the report: one function per section, each returning a :class:`Section` with its
+reading (plain-language paragraph), figures and tables; a Jinja2 template renders them."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+import platform
+import shutil
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+import jinja2
+import pandas as pd
+
+from hpcvar.anonymise import Pseudonymiser
+from hpcvar.dataset import Dataset
+from hpcvar.report import figures as F
+from hpcvar.summary import dataset_summary
+
+#: Section ids, in report order (the browser test and the Snakemake categories use them).
+SECTIONS = ("campaign", "datasets", "neighbourhood", "deviation", "forecast", "placement", "distributions",
+            "provenance")
+
+VERSIONS = ("hpcvar", "snakemake", "reframe-hpc", "pandas", "pyarrow", "scikit-learn", "lightgbm", "torch",
+            "pytorch-lightning", "mlflow", "matplotlib")
+
+
+@dataclass
+class Figure:
+    section: str
+    dataset: str
+    name: str
+    title: str
+    path: Path
+
+    def data_uri(self) -> str:
+        return "data:image/svg+xml;base64," + base64.b64encode(self.path.read_bytes()).decode()
+
+
+@dataclass
+class Table:
+    caption: str
+    frame: pd.DataFrame
+    formats: dict = field(default_factory=dict)
+
+    def html(self) -> str:
+        f = self.frame.copy()
+        for col, fmt in self.formats.items():
+            if col in f:
+                f[col] = f[col].map(lambda v, fmt=fmt: "" if v is None or (isinstance(v, float) and pd.isna(v))
+                                    else fmt.format(v))
+        return f.to_html(index=False, classes="sortable", border=0, na_rep="", escape=True)
+
+
+@dataclass
+class Part:
+    """A sub-section (one dataset, usually)."""
+
+    title: str
+    reading: str = ""
+    figures: list[Figure] = field(default_factory=list)
+    tables: list[Table] = field(default_factory=list)
+
+
+@dataclass
+class Section:
+    id: str
+    title: str
+    reading: str = ""
+    parts: list[Part] = field(default_factory=list)
+    empty: str = ""  # why the section has no data (rendered instead of figures)
+
+    @property
+    def figures(self) -> list[Figure]:
+        return [f for p in self.parts for f in p.figures]
+
+
+def _pct(v) -> str:
+    return "n/a" if v is None or pd.isna(v) else f"{100 * v:.1f}%"
+
+
+class Builder:
+    def __init__(self, dataset_dir, analyses_dir, figures_dir, pseudo: Pseudonymiser | None):
+        self.ds = Dataset(dataset_dir)
+        self.dataset_dir = Path(dataset_dir)
+        self.analyses_dir = Path(analyses_dir) if analyses_dir else None
+        self.fig_dir = Path(figures_dir)
+        self.pseudo = pseudo
+        self.runs = self.ds.read("runs")
+        if self.runs.empty:
+            raise SystemExit(f"{dataset_dir}: the dataset has no runs; run `hpcvar collate` first")
+        q = self.ds.quarantine()
+        self.failed = pd.DataFrame([e for e in q if e.get("kind") == "failed-run"],
+                                   columns=["run_id", "dataset", "state", "start", "end", "file"])
+        self.failed["start"] = pd.to_datetime(self.failed["start"], utc=True, errors="coerce", format="ISO8601")
+        self.quarantined = [e for e in q if e.get("kind") != "failed-run"]
+        self.names = sorted(self.runs["dataset"].unique())
+
+    # --- helpers ------------------------------------------------------------------------------
+    def path(self, section: str, dataset: str, name: str) -> Path:
+        p = self.fig_dir / section / dataset / f"{name}.svg"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        return p
+
+    def figure(self, section, dataset, name, title, path: Path | None = None) -> Figure:
+        return Figure(section, dataset, name, title, path or self.path(section, dataset, name))
+
+    def copy_figure(self, section: str, dataset: str, name: str, title: str, src: Path) -> Figure | None:
+        if not src.is_file():
+            return None
+        dst = self.path(section, dataset, name)
+        shutil.copyfile(src, dst)
+        return self.figure(section, dataset, name, title, dst)
+
+    def summary(self, analysis: str) -> dict | None:
+        if not self.analyses_dir:
+            return None
+        p = self.analyses_dir / analysis / "summary.json"
+        return json.loads(p.read_text()) if p.is_file() else None
+
+    def user(self, name):
+        return self.pseudo.ensure(name) if self.pseudo else name
+
+    # --- sections -----------------------------------------------------------------------------
+    def campaign(self) -> Section:
+        runs = self.runs
+        table = dataset_summary(self.dataset_dir)
+        cov = F.coverage(runs, self.failed)
+        timeline = F.campaign_timeline(runs, self.failed.dropna(subset=["start"]), self.path("campaign", "all",
+                                                                                            "runs_over_time"))
+        rel_path, rel = F.relative_times(runs, self.path("campaign", "all", "relative_time"))
+        worst = table.sort_values("slowest_fastest").iloc[-1]
+        above = (rel["relative"] > 1.5).mean()
+        gap = cov.sort_values("longest_gap_days").iloc[-1]
+        failed_states = self.failed["state"].value_counts().to_dict()
+        reading = (
+            f"The campaign ran {len(runs)} completed runs of {len(self.names)} datasets between "
+            f"{runs['start'].min():%Y-%m-%d} and {runs['end'].max():%Y-%m-%d}. "
+            f"{len(self.failed)} runs failed ({', '.join(f'{n} {s}' for s, n in failed_states.items()) or 'none'}) "
+            "and are not used as data. "
+            f"The same job did not take the same time: in the widest dataset, {worst['dataset']}, the slowest run "
+            f"took {worst['slowest_fastest']:.2f}x as long as the fastest, and {100 * above:.0f}% of all runs took "
+            f"more than 1.5x their dataset's best run. "
+            f"The longest stretch without a run was {gap['longest_gap_days']:.1f} days ({gap['dataset']}); "
+            "slow runs that cluster in time point to a cause on the system rather than in the code.")
+        if self.quarantined:
+            reading += (f" {len(self.quarantined)} input files were set aside as malformed "
+                        "(listed in the dataset's quarantine.jsonl).")
+        part = Part("All datasets", figures=[
+            self.figure("campaign", "all", "runs_over_time", "Runs per dataset over time", timeline),
+            self.figure("campaign", "all", "relative_time", "Run time relative to the best run (Figure 1)",
+                        rel_path)],
+            tables=[Table("Runs and spread per dataset", table, {"mean_s": "{:,.1f}", "min_s": "{:,.1f}",
+                                                                 "max_s": "{:,.1f}", "slowest_fastest": "{:.2f}x"}),
+                    Table("Coverage: failures and gaps", cov.assign(
+                        first=cov["first"].dt.strftime("%Y-%m-%d %H:%M"), last=cov["last"].dt.strftime("%Y-%m-%d %H:%M")),
+                        {"longest_gap_days": "{:.1f}"})])
+        return Section("campaign", "Campaign overview", reading, [part])
+
+    def datasets(self) -> Section:
+        steps = self.ds.read("steps")
+        profile = self.ds.read("mpi_profile")
+        table = dataset_summary(self.dataset_dir).set_index("dataset")
+        parts = []
+        for name in self.names:
+            runs = self.runs[self.runs["dataset"] == name]
+            st = steps[steps["run_id"].isin(runs["run_id"])]
+            part = Part(name)
+            text = (f"{len(runs)} runs of {runs['app'].iloc[0]} on {int(runs['num_nodes'].iloc[0])} nodes took "
+                    f"{table.loc[name, 'min_s']:,.0f} s to {table.loc[name, 'max_s']:,.0f} s: the slowest run "
+                    f"took {table.loc[name, 'slowest_fastest']:.2f}x as long as the fastest. ")
+            if len(st):
+                path, per = F.step_spread(st, name, self.path("datasets", name, "step_spread"))
+                part.figures.append(self.figure("datasets", name, "step_spread", "Time per step (Figure 3)", path))
+                cv = (per["std"] / per["mean"]).dropna()
+                if len(cv):
+                    text += (f"Across runs, a step's time varies by {100 * cv.median():.0f}% (median coefficient of "
+                             f"variation over {len(per)} steps; widest at step {int(per.loc[cv.idxmax(), 'step'])}). ")
+            prof = profile[profile["run_id"].isin(runs["run_id"])]
+            if len(prof):
+                path, per_run, shares = F.mpi_breakdown(prof, runs, name, self.path("datasets", name, "mpi"))
+                part.figures.append(self.figure("datasets", name, "mpi", "Compute vs MPI and dominant routines "
+                                                "(Figures 4-5)", path))
+                top = shares.iloc[0]
+                r = per_run[["mpi_s", "total_time_s"]].corr().iloc[0, 1] if len(per_run) > 2 else float("nan")
+                text += (f"mpiP profiled {len(per_run)} runs: MPI took {_pct(per_run['mpi_share'].min())} to "
+                         f"{_pct(per_run['mpi_share'].max())} of the time, mostly MPI_{top['routine']} "
+                         f"({_pct(top['share'])} of MPI time). ")
+                if pd.notna(r):
+                    text += ("Slower runs spend more time in MPI, so the spread comes from communication "
+                             f"(r = {r:.2f})." if r > 0.5 else
+                             f"Time in MPI follows run time only weakly (r = {r:.2f}).")
+                part.tables.append(Table("Share of MPI time per routine (all profiled runs)", shares.head(8),
+                                         {"share": "{:.1%}"}))
+            else:
+                text += "No mpiP profiles were collected for this dataset, so compute and MPI time are not split."
+            part.reading = text
+            parts.append(part)
+        return Section("datasets", "Per dataset: time per step and MPI profile",
+                       "For each dataset (application x node count x input): how the time per step spreads over "
+                       "runs, and how each run divides its time between computation and MPI.", parts)
+
+    def neighbourhood(self) -> Section:
+        from hpcvar.analyses.neighbourhood import plot_top_users
+
+        s = self.summary("neighbourhood")
+        sec = Section("neighbourhood", "Neighbourhood: who was running when we were slow")
+        if not s:
+            sec.empty = "No neighbourhood analysis summary (run `hpcvar neighbourhood`)."
+            return sec
+        thr = s["params"]["threshold_nodes"]
+        parts, leaders = [], []
+        for name, d in s["datasets"].items():
+            top = pd.DataFrame(d["top_users"])
+            part = Part(name)
+            if top.empty:
+                part.reading = f"No user ran jobs larger than {thr} nodes during these runs."
+                parts.append(part)
+                continue
+            top["user"] = top["user"].map(self.user)
+            path = plot_top_users(top, name, s["params"]["top_k"], self.path("neighbourhood", name, "top_users"))
+            part.figures.append(self.figure("neighbourhood", name, "top_users", "Top users by mutual information",
+                                            path))
+            lead = top.iloc[0]
+            leaders.append(lead["user"])
+            part.reading = (
+                f"{d['qualified_users']} users ran jobs larger than {thr} nodes alongside the {d['runs']} runs; "
+                f"{d['optimal_runs']} runs were faster than the mean. {lead['user']} tells fast from slow runs best "
+                f"(MI {lead['mi']:.3f}): present in {int(lead['cooccurrence'])} runs, which averaged "
+                f"{lead['mean_time_with_s']:,.0f} s against {lead['mean_time_without_s']:,.0f} s without "
+                f"({lead['direction']}).")
+            part.tables.append(Table("Top users (MI ranking, with the Pearson node-count ranking)", top[
+                ["rank_mi", "user", "mi", "cooccurrence", "mean_time_with_s", "mean_time_without_s", "direction",
+                 "nodes_r", "rank_r"]], {"mi": "{:.3f}", "mean_time_with_s": "{:,.0f}", "mean_time_without_s": "{:,.0f}",
+                                         "nodes_r": "{:.2f}"}))
+            parts.append(part)
+        cross = pd.DataFrame(s.get("cross_dataset") or [])
+        if len(cross):
+            cross["user"] = cross["user"].map(self.user)
+            fmt = {c: "{:.0f}" for c in cross.columns if c not in ("user", "datasets")}
+            parts.insert(0, Part("Across datasets (Table III)", tables=[Table(
+                "Users among the top slowing users of several datasets (rank per dataset)", cross, fmt)],
+                reading=f"{len(cross)} users are among the top {s['params']['top_k']} slowing users of more than one "
+                        f"dataset; {cross.iloc[0]['user']} in {int(cross.iloc[0]['datasets'])}. A user who slows "
+                        "several applications is worth a look at their job's communication pattern."))
+        sec.parts = parts
+        sec.reading = (f"Users whose large jobs (more than {thr} nodes) coincide with slow runs, ranked by the mutual "
+                       "information between their presence and whether a run was faster than the mean (Bhatele et "
+                       "al. 2020, Section IV-A). User names are pseudonyms (salted hashes); the salt stays with the "
+                       "facility.")
+        return sec
+
+    def deviation(self) -> Section:
+        s = self.summary("deviation")
+        sec = Section("deviation", "Deviation: which counters explain the spread")
+        if not s:
+            sec.empty = "No deviation analysis summary (run `hpcvar deviation`)."
+            return sec
+        base = self.analyses_dir / "deviation"
+        rows, parts = [], []
+        for name, d in s["datasets"].items():
+            rows.append({"dataset": name, "runs": d["runs"], "steps": d["steps"], "top_counter": d["top_counter"],
+                         "mape": d["mape"], "paper_bound": s["paper_mape"], "below_paper_bound": d["below_paper_bound"]})
+            part = Part(name)
+            fig = self.copy_figure("deviation", name, "relevance", "Counter relevance (Figure 9)",
+                                   base / name / "relevance.svg")
+            if fig:
+                part.figures.append(fig)
+            rel = pd.DataFrame(d["relevance"])
+            second = rel.iloc[1] if len(rel) > 1 else None
+            part.reading = (
+                f"{d['top_counter']} was selected in {_pct(rel.iloc[0]['relevance'])} of the {d['folds']} folds"
+                + (f", then {second['counter']} ({_pct(second['relevance'])})" if second is not None else "")
+                + f". The selected counters reconstruct step-time deviations with a MAPE of {_pct(d['mape'])} "
+                  f"(paper: under {_pct(s['paper_mape'])}).")
+            parts.append(part)
+        sec.parts = [Part("All datasets", tables=[Table("MAPE of the reconstructed step time", pd.DataFrame(rows),
+                                                        {"mape": "{:.1%}", "paper_bound": "{:.0%}"})]), *parts]
+        sec.reading = ("Per-step deviations from the mean step time are explained by the network counters of the "
+                       "job's routers: gradient-boosted trees with recursive feature elimination in 10-fold "
+                       "cross-validation grouped by run. A counter's relevance is the share of folds that selected "
+                       "it (Section IV-B); the stall counters point at congestion on the job's routers.")
+        return sec
+
+    def forecast(self) -> Section:
+        s = self.summary("forecast")
+        sec = Section("forecast", "Forecasting: the next k steps from the last m")
+        if not s:
+            sec.empty = "No forecasting summary (run `hpcvar forecast`)."
+            return sec
+        base = self.analyses_dir / "forecast"
+        rows, parts = [], []
+        for name, d in s["datasets"].items():
+            b = d.get("best")
+            part = Part(name)
+            if not b:
+                part.reading = " ".join(d.get("notes") or ["No forecast for this dataset."])
+                parts.append(part)
+                continue
+            rows.append({"dataset": name, "m": b["m"], "k": b["k"], "feature_set": b["feature_set"],
+                         **{f"{mdl}": b.get(f"mape_{mdl}") for mdl in
+                            ("attention", "persistence", "profile", "lightgbm", "lightgbm_residual", "oracle")}})
+            for fname, key, title in (("mape_grid", "grid_figure", "MAPE over (m, k) and feature sets "
+                                                                   "(Figures 8, 10)"),
+                                      ("importance", "importance_figure", "Feature importance (Figure 11)"),
+                                      ("long_run", "long_run_figure", "Long-run segment forecast (Figure 12)")):
+                src = d.get("files", {}).get(key)
+                fig = self.copy_figure("forecast", name, fname, title, base / name / src) if src else None
+                if fig:
+                    part.figures.append(fig)
+            baselines = {m: b.get(f"mape_{m}") for m in ("persistence", "profile", "lightgbm")}
+            best_base = min((v, m) for m, v in baselines.items() if v is not None)
+            text = (f"Best cell m={b['m']}, k={b['k']} with {b['feature_set']} features: the attention model's MAPE "
+                    f"is {_pct(b['mape_attention'])} against {_pct(best_base[0])} for the best baseline "
+                    f"({best_base[1]})")
+            if b.get("mape_oracle") is not None:
+                text += f"; a predictor that knows the simulator's hidden state reaches {_pct(b['mape_oracle'])}"
+            part.reading = text + "."
+            lr = d.get("long_run")
+            if lr and "mape" in lr:
+                part.reading += (f" Long run ({lr['segments']} segments of {lr['k']} steps from the {lr['m']} before, "
+                                 f"no data of that run in training): MAPE {_pct(lr['mape'])}, persistence "
+                                 f"{_pct(lr['mape_persistence'])}.")
+            parts.append(part)
+        if rows:
+            fmt = {c: "{:.1%}" for c in ("attention", "persistence", "profile", "lightgbm", "lightgbm_residual",
+                                         "oracle")}
+            parts.insert(0, Part("All datasets", tables=[Table(
+                "MAPE in each dataset's best cell, with the baselines (and the simulator's oracle)",
+                pd.DataFrame(rows), fmt)]))
+        sec.parts = parts
+        sec.reading = ("An attention model reads the counters and step times of the last m steps and forecasts the "
+                       "time of the next k (Section V). Baselines: persistence (the last m steps rescaled), the mean "
+                       "step profile, and LightGBM on the flattened window. Feature sets add placement, file-system "
+                       "(io) and system-wide (sys) counters to the job's own.")
+        return sec
+
+    def placement(self) -> Section:
+        parts = []
+        for name in self.names:
+            runs = self.runs[self.runs["dataset"] == name]
+            path, st = F.placement(runs, name, self.path("placement", name, "placement"))
+            loc = ", ".join(f"{c}: {v['runs']} runs, median {v['median_s']:,.0f} s" for c, v in st["locality"].items())
+            parts.append(Part(name, figures=[self.figure("placement", name, "placement", "Run time vs placement",
+                                                         path)],
+                              reading=(f"Correlation of run time with the groups spanned r = {st['r_num_groups']:.2f}, "
+                                       f"with the routers spanned r = {st['r_num_routers']:.2f}. By locality class: "
+                                       f"{loc}.")))
+        return Section("placement", "Placement: where the job's nodes were", (
+            "Whether a run was slow because of where Slurm placed it: run time against the number of dragonfly "
+            "groups and routers the job spanned, and per locality class (one router, one group, the fewest groups "
+            "that can hold the job, or fragmented). A weak correlation here with strong neighbourhood or counter "
+            "signals means the slowdown came from other jobs' traffic, not from the job's own spread."), parts)
+
+    def distributions(self) -> Section:
+        return Section("distributions", "Latency distributions and regression checks",
+                       empty=("No data: this campaign has no microbenchmark per-iteration latencies and no "
+                              "`hpcvar compare` verdicts. The section fills in when the dataset has them."))
+
+    def provenance(self, config_text: str | None) -> dict:
+        versions = {}
+        for pkg in VERSIONS:
+            try:
+                versions[pkg] = metadata.version(pkg)
+            except metadata.PackageNotFoundError:
+                versions[pkg] = "not installed"
+        versions["python"] = platform.python_version()
+        mlflow = {}
+        for analysis in ("neighbourhood", "deviation", "forecast"):
+            s = self.summary(analysis)
+            if s and s.get("mlflow"):
+                mlflow[analysis] = s["mlflow"]
+        uri = next((m.get("tracking_uri") for m in mlflow.values() if m.get("tracking_uri")), None)
+        software = sorted(set(self.runs["software"].dropna()) - {""})
+        return {
+            "generated": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "dataset": str(self.dataset_dir.resolve()), "analyses": str(self.analyses_dir.resolve())
+            if self.analyses_dir else None,
+            "window": f"{self.runs['start'].min():%Y-%m-%d %H:%M} to {self.runs['end'].max():%Y-%m-%d %H:%M} UTC",
+            "systems": sorted(self.runs["system"].unique()), "software": software,
+            "versions": versions, "config": config_text, "mlflow": mlflow, "tracking_uri": uri,
+            "mlflow_ui": (f"mlflow ui --backend-store-uri {uri} --host 127.0.0.1 --port 5000" if uri else None),
+            "anonymised": self.pseudo is not None,
+        }
+
+
+def build(dataset_dir, out_html, analyses_dir=None, figures_dir=None, config_file=None,
+          pseudo: Pseudonymiser | None = None, title: str = "hpcvar: where the variability comes from") -> dict:
+    """Write the report to ``out_html`` (and its figures under ``figures_dir``); returns what
+    went in: sections with their figure files, for tests and the command's message."""
+    out_html = Path(out_html)
+    figures_dir = Path(figures_dir) if figures_dir else out_html.with_suffix("") / "figures"
+    if figures_dir.exists():
+        shutil.rmtree(figures_dir)  # figures of datasets no longer present must not linger
+    b = Builder(dataset_dir, analyses_dir, figures_dir, pseudo)
+    sections = [b.campaign(), b.datasets(), b.neighbourhood(), b.deviation(), b.forecast(), b.placement(),
+                b.distributions()]
+    config_text = Path(config_file).read_text() if config_file else None
+    prov = b.provenance(config_text)
+    env = jinja2.Environment(loader=jinja2.PackageLoader("hpcvar.report", "templates"),
+                             autoescape=jinja2.select_autoescape(["html", "j2"]), undefined=jinja2.StrictUndefined)
+    html = env.get_template("report.html.j2").render(title=title, sections=sections, prov=prov)
+    out_html.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_html.with_suffix(".html.tmp")
+    tmp.write_text(html)
+    tmp.replace(out_html)
+    return {"html": str(out_html), "bytes": out_html.stat().st_size, "figures_dir": str(figures_dir),
+            "sections": {s.id: {"title": s.title, "figures": [str(f.path) for f in s.figures], "empty": s.empty}
+                         for s in sections}}

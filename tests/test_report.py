@@ -1,0 +1,167 @@
+"""The HTML report: built from the dataset and the analyses' summaries, anonymised by default,
+graceful when a section has no data, and checked in a real browser (Debian's Chromium, headless)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import struct
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from hpcvar.anonymise import PSEUDONYM, Pseudonymiser
+from hpcvar.report import SECTIONS, build
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+
+
+def test_sections_without_analyses_say_so(campaign, tmp_path):
+    c = campaign("demo", 0, 15)
+    result = build(c.dataset, tmp_path / "report.html", figures_dir=tmp_path / "figures")
+    secs = result["sections"]
+    for name in ("neighbourhood", "deviation", "forecast", "distributions"):
+        assert secs[name]["empty"] and not secs[name]["figures"], name
+    runs = pd.read_parquet(c.dataset / "runs")
+    datasets = sorted(runs["dataset"].unique())
+    # One step-spread, MPI (where profiled) and placement figure per dataset, two campaign figures.
+    assert len(secs["campaign"]["figures"]) == 2
+    assert {Path(f).parent.name for f in secs["placement"]["figures"]} == set(datasets)
+    html = (tmp_path / "report.html").read_text()
+    assert "No neighbourhood analysis summary" in html and "No data: this campaign has no microbenchmark" in html
+    # The campaign reading quotes the same ratio summary.txt shows.
+    ratio = (runs.groupby("dataset")["total_time_s"].max() / runs.groupby("dataset")["total_time_s"].min())
+    assert f"the slowest run took {ratio.max():.2f}x as long as the fastest" in html
+    # Offline: nothing is fetched from anywhere.
+    assert not re.search(r'(src|href)="(https?:)?//', html)
+
+
+def test_failed_runs_are_counted_and_drawn(campaign, tmp_path):
+    c = campaign("demo", 0, 15)
+    failed = [json.loads(line) for line in (c.dataset / "quarantine.jsonl").read_text().splitlines()]
+    failed = [e for e in failed if e["kind"] == "failed-run"]
+    assert failed and all(e["start"] for e in failed)  # collate records when the failed job ran
+    build(c.dataset, tmp_path / "report.html", figures_dir=tmp_path / "figures")
+    html = (tmp_path / "report.html").read_text()
+    states = pd.Series([e["state"] for e in failed]).value_counts()
+    assert f"{len(failed)} runs failed (" in html
+    for state, n in states.items():
+        assert f"{n} {state}" in html
+
+
+def test_report_pseudonymises_a_dataset_collated_with_real_names(campaign, tmp_path):
+    """A dataset collated with --no-anonymise still gives a report without user names."""
+    from hpcvar.analyses import neighbourhood
+    from hpcvar.collate import collate
+
+    c = campaign("demo", 0, 15)
+    collate(c.raw, tmp_path / "dataset", Pseudonymiser(None, enabled=False))
+    neigh = pd.read_parquet(tmp_path / "dataset" / "neighbourhood")
+    real = set(neigh["user"])
+    assert not any(PSEUDONYM.fullmatch(u) for u in real)
+    summary = neighbourhood.run(tmp_path / "dataset", tmp_path / "analyses" / "neighbourhood")
+    top = next(iter(summary["datasets"].values()))["top_users"][0]["user"]
+    assert top in real
+
+    salt = b"report-test-salt"
+    build(tmp_path / "dataset", tmp_path / "report.html", analyses_dir=tmp_path / "analyses",
+          figures_dir=tmp_path / "figures", pseudo=Pseudonymiser(salt))
+    html = (tmp_path / "report.html").read_text()
+    texts = [html] + [f.read_text() for f in (tmp_path / "figures").rglob("*.svg")]
+    for name in real:
+        assert not any(re.search(rf"\b{re.escape(name)}\b", t) for t in texts), name
+    assert Pseudonymiser(salt)(top) in html
+    assert salt.decode() not in html
+
+    # Switched off on request (private use): the names stay.
+    build(tmp_path / "dataset", tmp_path / "named.html", analyses_dir=tmp_path / "analyses",
+          figures_dir=tmp_path / "named", pseudo=None)
+    assert top in (tmp_path / "named.html").read_text()
+
+
+# --- the main job's report in a real browser ---------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def page(main_job):
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} not found: the browser test needs Debian's chromium (./setup.sh installs it)")
+    from playwright.sync_api import sync_playwright
+
+    assert main_job.result.returncode == 0, main_job.result.stderr[-3000:]
+    errors: list[str] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+            "--disable-sync", "--no-first-run"])
+        pg = browser.new_page(viewport={"width": 1280, "height": 900})
+        pg.on("pageerror", lambda e: errors.append(f"pageerror: {e}"))
+        pg.on("console", lambda m: errors.append(f"console: {m.text}") if m.type == "error" else None)
+        pg.on("request", lambda r: errors.append(f"request: {r.url}") if not r.url.startswith(("file:", "data:"))
+              else None)
+        pg.goto((main_job.results / "report.html").as_uri(), wait_until="load")
+        yield pg, errors
+        browser.close()
+
+
+def test_report_loads_without_errors_and_every_section_has_figures(page, main_job):
+    pg, errors = page
+    assert errors == []
+    ids = pg.eval_on_selector_all("[data-section]", "els => els.map(e => e.dataset.section)")
+    assert ids == list(SECTIONS)
+    for sid in SECTIONS:
+        sec = pg.locator(f'[data-section="{sid}"]')
+        if sid == "provenance":
+            text = sec.inner_text()
+            assert "sqlite:///" in text and "mlflow ui --backend-store-uri" in text and "snakemake" in text
+            assert "preset: demo" in text  # the configuration the run used
+            continue
+        if sec.locator("[data-empty]").count():
+            assert sid == "distributions"  # the only section the demo campaign has no data for
+            assert "No data" in sec.inner_text()
+            continue
+        imgs = sec.locator("figure img")
+        assert imgs.count() >= 1, sid
+        # Every figure decoded to a real picture (a broken SVG has naturalWidth 0).
+        sizes = imgs.evaluate_all("els => els.map(e => [e.complete, e.naturalWidth, e.naturalHeight])")
+        assert all(ok and w > 100 and h > 100 for ok, w, h in sizes), (sid, sizes)
+    shot = main_job.results / "report-screenshot.png"
+    pg.screenshot(path=str(shot), full_page=False)
+    width, height = struct.unpack(">II", shot.read_bytes()[16:24])
+    assert (width, height) == (1280, 900)
+
+
+def test_report_numbers_are_the_summaries_and_mlflow_numbers(page, main_job):
+    """One source of truth: the MAPE the report shows is the one in summary.json and in MLflow."""
+    import mlflow
+
+    pg, _ = page
+    summary = json.loads((main_job.results / "analyses" / "deviation" / "summary.json").read_text())
+    rows = pg.locator('[data-section="deviation"] table').first.evaluate(
+        "t => Array.from(t.tBodies[0].rows).map(r => Array.from(r.cells).map(c => c.textContent.trim()))")
+    header = pg.locator('[data-section="deviation"] table').first.evaluate(
+        "t => Array.from(t.tHead.rows[0].cells).map(c => c.textContent.trim())")
+    shown = {r[header.index("dataset")]: r[header.index("mape")] for r in rows}
+    client = mlflow.MlflowClient(summary["mlflow"]["tracking_uri"])
+    assert set(shown) == set(summary["datasets"])
+    for name, d in summary["datasets"].items():
+        assert shown[name] == f"{100 * d['mape']:.1f}%"
+        logged = client.get_run(summary["mlflow"]["runs"][name]).data.metrics["mape"]
+        assert logged == pytest.approx(d["mape"])
+
+
+def test_report_tables_sort_on_click(page):
+    pg, errors = page
+    table = pg.locator('[data-section="campaign"] table').first
+    header = table.evaluate("t => Array.from(t.tHead.rows[0].cells).map(c => c.textContent.trim())")
+    col = header.index("max_s")
+    table.locator("thead th").nth(col).click()
+    values = table.evaluate(f"t => Array.from(t.tBodies[0].rows).map(r => r.cells[{col}].textContent)")
+    numbers = [float(v.replace(",", "")) for v in values]
+    assert numbers == sorted(numbers)
+    table.locator("thead th").nth(col).click()
+    values = table.evaluate(f"t => Array.from(t.tBodies[0].rows).map(r => r.cells[{col}].textContent)")
+    assert [float(v.replace(",", "")) for v in values] == sorted(numbers, reverse=True)
+    assert errors == []
