@@ -4,10 +4,14 @@
 configfile: "config/config.yaml"
 
 
+report: "workflow/report/workflow.rst"
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/simulate.smk"
 include: "workflow/rules/collate.smk"
 include: "workflow/rules/analyses.smk"
+include: "workflow/rules/report.smk"
 
 
 rule all:
@@ -16,4 +20,5 @@ rule all:
         f"{RESULTS}/analyses/neighbourhood/summary.json",
         f"{RESULTS}/analyses/deviation/summary.json",
         f"{RESULTS}/analyses/forecast/summary.json",
+        f"{RESULTS}/report.html",
     default_target: True

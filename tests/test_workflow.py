@@ -2,23 +2,9 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
-from pathlib import Path
-
 import pandas as pd
-import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
-
-
-def snakemake(*args, cwd=REPO, **kw):
-    # As a user runs it: the analyses log to the default store beside the dataset.
-    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    return subprocess.run([SNAKEMAKE, *args], cwd=cwd, capture_output=True, text=True, env=env, **kw)
+from conftest import snakemake
 
 
 def test_lint_is_clean():
@@ -33,18 +19,8 @@ def test_invalid_config_is_rejected_with_the_key():
     assert "huge" in text and "preset" in text and "is not one of" in text
 
 
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory):
-    """A copy of the workflow files, so the test run does not touch the checkout's results/."""
-    wd = tmp_path_factory.mktemp("wf")
-    for item in ("Snakefile", "workflow", "config"):
-        src = REPO / item
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, wd / item)
-    return wd
-
-
-def test_main_job_end_to_end(workdir):
-    out = snakemake("--cores", "2", cwd=workdir)
+def test_main_job_end_to_end(main_job):
+    workdir, out = main_job.workdir, main_job.result
     assert out.returncode == 0, out.stderr[-3000:]
     summary = (workdir / "results" / "summary.txt").read_text()
     for ds in ("amg-128", "amg-512", "milc-128", "milc-512", "minivite-128", "umt-128"):
@@ -61,6 +37,8 @@ def test_main_job_end_to_end(workdir):
         assert summary["mlflow"]["tracking_uri"] == f"sqlite:///{workdir / 'results' / 'mlflow.db'}"
     assert list((workdir / "results" / "mlartifacts").rglob("relevance.svg"))
     assert not (workdir / "mlruns").exists()
+    # ... and the job ends with the report (its content is checked in test_report.py).
+    assert "no data for: distributions" in (workdir / "results" / "logs" / "report.log").read_text()
     # The salt stays local, outside results/.
     assert (workdir / ".hpcvar-salt").exists()
     salt = (workdir / ".hpcvar-salt").read_text().strip()
@@ -72,8 +50,18 @@ def test_main_job_end_to_end(workdir):
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
 
 
-def test_snakemake_report(workdir):
+def test_snakemake_report(main_job):
+    """`snakemake --report` packs the figures by section (category) and dataset (subcategory)."""
+    workdir = main_job.workdir
     out = snakemake("--cores", "2", "--report", "report.html", cwd=workdir)
     assert out.returncode == 0, out.stderr[-3000:]
     html = (workdir / "report.html").read_text()
-    assert "summary.txt" in html and "Campaign overview" in html
+    assert "summary.txt" in html
+    figures = sorted((workdir / "results" / "report" / "figures").rglob("*.svg"))
+    assert len(figures) >= 6 * 6  # per dataset: steps, MPI, top users, relevance, forecast grid, placement
+    added = {line.split("Adding ", 1)[1].split(" (")[0] for line in out.stderr.splitlines() if "Adding " in line}
+    assert {f.name for f in figures} <= added
+    for category in ("campaign", "datasets", "neighbourhood", "deviation", "forecast", "placement", "report"):
+        assert f'"{category}"' in html, category
+    for dataset in ("amg-128", "milc-512", "umt-128"):
+        assert f'"{dataset}"' in html

@@ -6,7 +6,7 @@ rule collate:
         summary=report(
             f"{RESULTS}/summary.txt",
             caption="../report/summary.rst",
-            category="Campaign overview",
+            category="campaign",
         ),
     params:
         hpcvar=HPCVAR,

@@ -3,6 +3,8 @@ import os
 import shlex
 import sys
 
+import yaml
+
 from snakemake.utils import validate
 
 
