@@ -1,0 +1,444 @@
+"""Pinned application sources, the shared build scripts and the Apptainer recipes.
+
+No Apptainer and no network here: the recipes are parsed (spython) and checked for structure and
+for agreement with reframe_tests/apps/sources.yaml (the one source of truth), the build scripts
+are syntax-checked (and linted when shellcheck is installed), and fetch.sh is run for real against
+git repositories and a tarball created in the test.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+from spython.main.parse.parsers import SingularityParser
+
+REPO = Path(__file__).resolve().parents[1]
+APPS_DIR = REPO / "reframe_tests" / "apps"
+SOURCES = APPS_DIR / "sources.yaml"
+BUILD = APPS_DIR / "build"
+FETCH = BUILD / "fetch.sh"
+CONTAINERS = REPO / "containers"
+
+APPS = ["amg2013", "amg2023", "milc", "minivite", "umt"]
+EXECUTABLES = {"amg2013": "amg", "amg2023": "amg", "milc": "su3_rmd", "minivite": "miniVite",
+               "umt": "test_driver"}
+HEX40 = re.compile(r"^[0-9a-f]{40}$")
+TAG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+BRANCHES = {"master", "main", "develop", "devel", "trunk", "HEAD"}
+SECTIONS = ["arguments", "files", "post", "environment", "runscript", "labels", "help", "test"]
+MPI_BEGIN = "# --- hpcvar-mpi begin"
+MPI_END = "# --- hpcvar-mpi end ---"
+
+
+def load_sources() -> dict:
+    return yaml.safe_load(SOURCES.read_text())
+
+
+def entries():
+    """(name, entry) for every app and every dependency of an app (``app/dep``)."""
+    for app, entry in load_sources().items():
+        yield app, entry
+        for dep, dep_entry in (entry.get("deps") or {}).items():
+            yield f"{app}/{dep}", dep_entry
+
+
+def raw_sections(path: Path) -> dict[str, list[str]]:
+    """The definition file's %sections, raw lines (spython maps %arguments/%help to comments)."""
+    sections: dict[str, list[str]] = {}
+    current = None
+    for line in path.read_text().splitlines():
+        match = re.match(r"^%(\w+)", line)
+        if match:
+            current = match.group(1).lower()
+            sections.setdefault(current, [])
+        elif current is not None:
+            sections[current].append(line)
+    return sections
+
+
+def parse(path: Path):
+    recipe = SingularityParser(str(path)).recipe
+    assert len(recipe) == 1, f"{path.name}: expected a single-stage recipe"
+    return next(iter(recipe.values()))
+
+
+def labels_of(recipe) -> dict[str, str]:
+    out = {}
+    for line in recipe.labels:
+        key, _, value = line.partition(" ")
+        out[key] = value.strip()
+    return out
+
+
+# ----------------------------------------------------------------------------- sources.yaml
+
+def test_sources_has_every_app_and_nothing_else():
+    assert sorted(load_sources()) == sorted(APPS)
+
+
+@pytest.mark.parametrize("name,entry", list(entries()), ids=[n for n, _ in entries()])
+def test_sources_entry_is_pinned(name, entry):
+    assert isinstance(entry["version"], str) and entry["version"], "version must be a quoted string"
+    assert entry["git"].startswith("https://") and entry["git"].endswith(".git")
+    ref = entry["ref"]
+    assert isinstance(ref, str)
+    assert ref not in BRANCHES, f"{name}: ref {ref!r} is a branch, not a pin"
+    assert HEX40.match(ref) or (TAG.match(ref) and not re.fullmatch(r"[0-9a-f]{7,39}", ref)), \
+        f"{name}: ref {ref!r} is neither a full commit hash nor a tag"
+    if "tag" in entry:
+        assert isinstance(entry["tag"], str) and TAG.match(entry["tag"])
+        if not HEX40.match(ref):
+            assert entry["tag"] == ref
+    if "tarball" in entry:
+        assert entry["tarball"].startswith("https://")
+        assert re.fullmatch(r"[0-9a-f]{64}", entry["sha256"]), f"{name}: tarball without a sha256"
+    assert entry.get("fetch", "git") in ("git", "tarball")
+    if entry.get("fetch") == "tarball":
+        assert "tarball" in entry
+    assert entry["spack"]
+    assert entry["verified"].strip()
+    text = yaml.safe_dump(entry)
+    assert "TODO" not in text and "FIXME" not in text and "XXX" not in text
+
+
+@pytest.mark.parametrize("app", APPS)
+def test_sources_app_fields(app):
+    entry = load_sources()[app]
+    assert entry["description"].strip() and entry["inputs"].strip()
+    assert entry["build"] == f"build/{app}.sh" and (APPS_DIR / entry["build"]).is_file()
+    assert EXECUTABLES[app] in [e.strip() for e in entry["executables"].split(",")]
+    if entry["spack"] == "none":
+        assert entry["spack_note"].strip(), "no Spack package: say why and what to do instead"
+
+
+def test_table_one_inputs_are_recorded():
+    sources = load_sources()
+    assert "-P 32 16 16 -n 32 32 32 -problem 2" in sources["amg2013"]["inputs"]
+    assert "4x4x4x4" in sources["milc"]["inputs"]
+    assert "-t 1E-02 -i 6" in sources["minivite"]["inputs"]
+    assert "custom_8k.cmg" in sources["umt"]["inputs"]
+
+
+def test_amg2023_and_umt_pin_their_dependencies():
+    sources = load_sources()
+    assert set(sources["amg2023"]["deps"]) == {"hypre"}
+    assert set(sources["umt"]["deps"]) == {"conduit"}
+
+
+# ----------------------------------------------------------------------------- build scripts
+
+def build_scripts() -> list[Path]:
+    return sorted(BUILD.glob("*.sh"))
+
+
+def test_one_build_script_per_app_plus_fetch():
+    assert {p.name for p in build_scripts()} == {f"{app}.sh" for app in APPS} | {"fetch.sh"}
+
+
+@pytest.mark.parametrize("script", build_scripts(), ids=lambda p: p.name)
+def test_build_script_syntax(script):
+    text = script.read_text()
+    assert text.startswith("#!"), "shebang"
+    assert re.search(r"^set -eu$", text, re.M), "set -eu"
+    assert os.access(script, os.X_OK), f"{script.name} is not executable"
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    if script.name == "fetch.sh":
+        subprocess.run(["sh", "-n", str(script)], check=True)
+
+
+@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed")
+def test_build_scripts_shellcheck():
+    subprocess.run(["shellcheck", *map(str, build_scripts())], check=True)
+
+
+@pytest.mark.parametrize("app", APPS)
+def test_build_script_contract(app):
+    """Usage SRC_DIR PREFIX, compilers and jobs from the environment, installs into PREFIX/bin."""
+    text = (BUILD / f"{app}.sh").read_text()
+    assert "${MAKE_JOBS:-4}" in text
+    assert "${MPICC:-mpicc}" in text or "${MPICXX:-mpicxx}" in text
+    assert f'"$PREFIX/bin/{EXECUTABLES[app]}"' in text
+    usage = subprocess.run(["bash", str(BUILD / f"{app}.sh")], capture_output=True, text=True)
+    assert usage.returncode == 2 and "usage:" in usage.stderr and "SRC_DIR PREFIX" in usage.stderr
+
+
+def test_build_script_rejects_a_wrong_tree(tmp_path):
+    res = subprocess.run(["bash", str(BUILD / "milc.sh"), str(tmp_path), str(tmp_path / "p")],
+                         capture_output=True, text=True)
+    assert res.returncode != 0 and "does not look like" in res.stderr
+
+
+# ----------------------------------------------------------------------------- recipes
+
+def test_one_recipe_per_app():
+    assert sorted(p.stem for p in CONTAINERS.glob("*.def")) == sorted(APPS)
+    assert (CONTAINERS / "README.md").is_file()
+
+
+@pytest.mark.parametrize("app", APPS)
+def test_recipe_parses_with_expected_sections(app):
+    path = CONTAINERS / f"{app}.def"
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    assert lines[0] == "Bootstrap: docker"
+    recipe = parse(path)
+    # A pinned base image: an explicit release tag, not latest.
+    image, _, tag = recipe.fromHeader.partition(":")
+    assert image in ("ubuntu", "debian") and tag and tag != "latest"
+    sections = raw_sections(path)
+    for section in SECTIONS:
+        assert section in sections and any(x.strip() for x in sections[section]), f"%{section}"
+    assert recipe.install and recipe.environ and recipe.labels and recipe.files
+    assert recipe.cmd == f'exec {EXECUTABLES[app]} "$@"'
+    assert any(f"/opt/hpcvar/apps/{app}/bin" in env for env in recipe.environ if env.startswith("PATH="))
+
+
+@pytest.mark.parametrize("app", APPS)
+def test_recipe_arguments_have_defaults_and_are_used(app):
+    path = CONTAINERS / f"{app}.def"
+    args = dict(line.strip().split("=", 1) for line in raw_sections(path)["arguments"] if line.strip())
+    assert args["MPI_FAMILY"] in ("openmpi", "mpich")
+    assert re.fullmatch(r"\d+\.\d+\.\d+", args["MPI_VERSION"])
+    assert args["MAKE_JOBS"].isdigit()
+    text = path.read_text()
+    used = set(re.findall(r"\{\{\s*(\w+)\s*\}\}", text))
+    assert used <= set(args), f"template variables without a default: {used - set(args)}"
+    assert {"MPI_FAMILY", "MPI_VERSION", "MAKE_JOBS"} <= used
+
+
+@pytest.mark.parametrize("app", APPS)
+def test_recipe_files_exist_in_repo(app):
+    recipe = parse(CONTAINERS / f"{app}.def")
+    sources = set()
+    for line in recipe.files:
+        src, _, dest = line.partition(" ")
+        assert not src.startswith("/"), "sources are relative to the repository root"
+        assert (REPO / src).is_file(), f"{src} does not exist"
+        assert dest.strip().startswith("/opt/hpcvar/")
+        sources.add(src)
+    assert {"reframe_tests/apps/sources.yaml", "reframe_tests/apps/build/fetch.sh",
+            f"reframe_tests/apps/build/{app}.sh"} <= sources
+
+
+@pytest.mark.parametrize("app", APPS)
+def test_recipe_labels_match_sources(app):
+    entry = load_sources()[app]
+    labels = labels_of(parse(CONTAINERS / f"{app}.def"))
+    assert labels["org.hpcvar.app"] == app
+    assert labels["org.hpcvar.version"] == entry["version"]
+    assert labels["org.hpcvar.source.git"] == entry["git"]
+    assert labels["org.hpcvar.source.ref"] == entry["ref"]
+    assert labels.get("org.hpcvar.source.tag") == entry.get("tag")
+    for dep, dep_entry in (entry.get("deps") or {}).items():
+        assert labels[f"org.hpcvar.dep.{dep}.version"] == dep_entry["version"]
+        assert labels[f"org.hpcvar.dep.{dep}.ref"] == dep_entry["ref"]
+    assert labels["org.hpcvar.mpi.family"] == "{{ MPI_FAMILY }}"
+    assert labels["org.hpcvar.mpi.version"] == "{{ MPI_VERSION }}"
+    assert labels["org.hpcvar.mpi.pmi"] == "pmix"
+    assert labels["org.hpcvar.executable"] == EXECUTABLES[app]
+
+
+@pytest.mark.parametrize("app", APPS)
+def test_recipe_post_runs_the_shared_scripts(app):
+    install = parse(CONTAINERS / f"{app}.def").install
+    fetch = [i for i, line in enumerate(install) if re.search(rf"/opt/hpcvar/build/fetch\.sh {app} \S+", line)]
+    build = [i for i, line in enumerate(install) if re.search(rf"/opt/hpcvar/build/{app}\.sh \S+ \S+", line)]
+    assert len(fetch) == 1 and len(build) == 1 and fetch[0] < build[0]
+    assert "HPCVAR_SOURCES=/opt/hpcvar/sources.yaml" in install[fetch[0]]
+    # The build logic is the script's: the recipe runs no compiler or make of its own after MPI.
+    after_mpi = install[next(i for i, line in enumerate(install) if line.startswith(MPI_END)):]
+    assert not any(re.match(r"(make|cmake|\./configure|mpicc|mpicxx|gcc|g\+\+)\b", line) for line in after_mpi)
+    # Compilers and an MPI with PMIx.
+    joined = " ".join(install)
+    assert "apt-get install" in joined and "gfortran" in joined and "libpmix-dev" in joined
+    assert "--with-pmix=" in joined
+
+
+def test_recipes_share_one_mpi_block():
+    blocks = {}
+    for app in APPS:
+        text = (CONTAINERS / f"{app}.def").read_text()
+        start, end = text.index(MPI_BEGIN), text.index(MPI_END)
+        blocks[app] = text[start:end]
+    assert len(set(blocks.values())) == 1, "the MPI install block differs between recipes"
+    block = blocks[APPS[0]]
+    assert "openmpi)" in block and "mpich)" in block and "--with-slurm" in block
+
+
+# ----------------------------------------------------------------------------- fetch.sh, for real
+
+def git(*args, cwd=None):
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.org",
+           "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+@pytest.fixture
+def upstream(tmp_path):
+    """A fake upstream: v1.0 tagged, then one more commit on the branch (so HEAD != tag)."""
+    repo = tmp_path / "upstream"
+    repo.mkdir()
+    git("init", "-q", "-b", "main", cwd=repo)
+    (repo / "VERSION").write_text("1.0\n")
+    git("add", "VERSION", cwd=repo)
+    git("commit", "-q", "-m", "release 1.0", cwd=repo)
+    git("tag", "v1.0", cwd=repo)
+    tagged = git("rev-parse", "HEAD", cwd=repo)
+    (repo / "VERSION").write_text("1.1-dev\n")
+    git("commit", "-q", "-am", "development", cwd=repo)
+    head = git("rev-parse", "HEAD", cwd=repo)
+    return repo, tagged, head
+
+
+def write_sources(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def run_fetch(app, dest, sources, **env):
+    full_env = {**os.environ, "HPCVAR_SOURCES": str(sources), "GIT_CONFIG_GLOBAL": os.devnull, **env}
+    return subprocess.run(["sh", str(FETCH), app, str(dest)], env=full_env, capture_output=True,
+                          text=True)
+
+
+@pytest.mark.parametrize("parser", ["python", "awk"])
+@pytest.mark.parametrize("pin", ["tag", "commit"])
+def test_fetch_clones_and_records_commit(tmp_path, upstream, parser, pin):
+    repo, tagged, _ = upstream
+    ref = "v1.0" if pin == "tag" else tagged
+    sources = write_sources(tmp_path / "sources.yaml", f"""\
+# a comment
+fake:
+  version: "1.0"   # quoted: a string
+  description: >-
+    A fake application
+    on two lines.
+  git: {repo}
+  ref: {ref}
+  tag: v1.0
+  spack: none
+""")
+    dest = tmp_path / "src"
+    res = run_fetch("fake", dest, sources, HPCVAR_YAML_PARSER=parser)
+    assert res.returncode == 0, res.stderr
+    assert (dest / ".hpcvar-source").read_text() == f"fake 1.0 {repo} {tagged}\n"
+    assert (dest / "VERSION").read_text() == "1.0\n"  # the pinned tree, not the branch head
+    assert git("rev-parse", "HEAD", cwd=dest) == tagged
+    assert "recorded: fake 1.0" in res.stdout
+    # Fetching again into the same tree is a no-op.
+    again = run_fetch("fake", dest, sources, HPCVAR_YAML_PARSER=parser)
+    assert again.returncode == 0 and "already fetched" in again.stdout
+
+
+def test_fetch_refuses_a_moved_tag(tmp_path, upstream):
+    repo, tagged, head = upstream
+    sources = write_sources(tmp_path / "sources.yaml", f"""\
+fake:
+  version: "1.0"
+  git: {repo}
+  ref: {head}
+  tag: v1.0
+""")
+    res = run_fetch("fake", tmp_path / "src", sources)
+    assert res.returncode != 0 and "tag moved" in res.stderr
+
+
+def test_fetch_fails_on_a_missing_ref_and_a_missing_app(tmp_path, upstream):
+    repo, _, _ = upstream
+    sources = write_sources(tmp_path / "sources.yaml", f"""\
+fake:
+  version: "1.0"
+  git: {repo}
+  ref: v9.9
+""")
+    res = run_fetch("fake", tmp_path / "a", sources)
+    assert res.returncode != 0 and "v9.9" in res.stderr
+    res = run_fetch("nosuchapp", tmp_path / "b", sources)
+    assert res.returncode != 0 and "no entry 'nosuchapp'" in res.stderr
+    assert not (tmp_path / "b" / ".hpcvar-source").exists()
+
+
+def test_fetch_refuses_a_foreign_nonempty_dest(tmp_path, upstream):
+    repo, _, _ = upstream
+    sources = write_sources(tmp_path / "sources.yaml", f"""\
+fake:
+  version: "1.0"
+  git: {repo}
+  ref: v1.0
+""")
+    dest = tmp_path / "src"
+    dest.mkdir()
+    (dest / "something").write_text("x")
+    res = run_fetch("fake", dest, sources)
+    assert res.returncode != 0 and "not empty" in res.stderr
+
+
+@pytest.mark.parametrize("parser", ["python", "awk"])
+def test_fetch_tarball_dependency_with_sha256(tmp_path, upstream, parser):
+    repo, tagged, _ = upstream
+    payload = tmp_path / "payload" / "dep-2.0"
+    payload.mkdir(parents=True)
+    (payload / "README").write_text("dep 2.0\n")
+    tarball = tmp_path / "dep-2.0.tar.gz"
+    with tarfile.open(tarball, "w:gz") as tar:
+        tar.add(payload, arcname="dep-2.0")
+    digest = hashlib.sha256(tarball.read_bytes()).hexdigest()
+    url = tarball.as_uri()
+    sources = write_sources(tmp_path / "sources.yaml", f"""\
+fake:
+  version: "1.0"
+  git: {repo}
+  ref: v1.0
+  deps:
+    dep:
+      version: "2.0"
+      git: https://example.org/dep.git
+      ref: v2.0
+      fetch: tarball
+      tarball: {url}
+      sha256: {digest}
+""")
+    dest = tmp_path / "src"
+    res = run_fetch("fake", dest, sources, HPCVAR_YAML_PARSER=parser)
+    assert res.returncode == 0, res.stderr
+    assert (dest / ".hpcvar-source").read_text() == f"fake 1.0 {repo} {tagged}\n"
+    dep = dest / "_deps" / "dep"
+    assert (dep / "README").read_text() == "dep 2.0\n"  # top-level directory stripped
+    assert (dep / ".hpcvar-source").read_text() == f"fake/dep 2.0 {url} sha256:{digest}\n"
+
+    # One dependency alone, and a corrupted pin.
+    res = run_fetch("fake/dep", tmp_path / "alone", sources, HPCVAR_YAML_PARSER=parser)
+    assert res.returncode == 0, res.stderr
+    bad = write_sources(tmp_path / "bad.yaml", sources.read_text().replace(digest, "0" * 64))
+    res = run_fetch("fake/dep", tmp_path / "bad", bad, HPCVAR_YAML_PARSER=parser)
+    assert res.returncode != 0 and "sha256 mismatch" in res.stderr
+    assert not (tmp_path / "bad" / ".hpcvar-source").exists()
+
+
+def test_fetch_parsers_agree_on_the_real_sources(tmp_path):
+    """The awk fallback reads every pin of the real sources.yaml as PyYAML does."""
+    flat = {}
+    for parser in ("python", "awk"):
+        script = tmp_path / f"flat-{parser}.sh"
+        script.write_text(FETCH.read_text().replace('fetch_one "$APP" "$DEST"\n', 'cat "$FLAT"; exit 0\n', 1))
+        res = subprocess.run(["sh", str(script), "x", "y"], capture_output=True, text=True,
+                             env={**os.environ, "HPCVAR_SOURCES": str(SOURCES), "HPCVAR_YAML_PARSER": parser})
+        assert res.returncode == 0, res.stderr
+        flat[parser] = dict(line.split("\t", 1) for line in res.stdout.splitlines())
+    for key, value in flat["awk"].items():
+        assert flat["python"][key] == value, key
+    for name, entry in entries():
+        prefix = name.replace("/", ".deps.")
+        for field in ("version", "git", "ref", "tag", "tarball", "sha256", "fetch", "submodules"):
+            if field in entry:
+                expected = str(entry[field]).lower() if isinstance(entry[field], bool) else str(entry[field])
+                assert flat["awk"][f"{prefix}.{field}"] == expected, (name, field)
