@@ -1,0 +1,160 @@
+"""ReFrame site configuration for hpcvar's suite (reframe_tests/).
+
+Systems (pick one with ``--system``; the first whose ``hostnames`` match is the default):
+
+* ``generic-slurm``: a template for a production Slurm cluster with Apptainer. Adapt it through
+  environment variables rather than edits: ``HPCVAR_RFM_HOSTNAMES`` (regex of login nodes),
+  ``HPCVAR_RFM_ACCESS`` (sbatch options, e.g. ``--partition=regular --account=m1234``),
+  ``HPCVAR_RFM_CORES_PER_NODE`` (default 68, as Cori KNL) and ``HPCVAR_RFM_MAX_JOBS``.
+  Features: ``mpi``, ``slurm``, ``remote``, ``apptainer``.
+* ``local-slurm``: the single-node Slurm cluster that ``hpcvar dev slurm up`` starts on this
+  machine (partition ``HPCVAR_RFM_LOCAL_PARTITION``, default ``debug``).
+* ``local``: this machine, no scheduler, ``mpirun`` (OpenMPI; oversubscribed, root allowed).
+  Feature ``local``: the microbenchmarks run here for real; the applications (feature ``remote``)
+  do not.
+
+Everything ReFrame writes goes under ``HPCVAR_RFM_PREFIX`` (default ``<repo>/results/reframe``):
+stage and output directories, perflogs (``perflogs/<system>/<partition>/<test>.log``, the
+campaign's raw perflogs), JSON run reports, and the results database ``results.db`` that
+``reframe --list-stored-sessions`` and ``--performance-compare`` read.
+"""
+
+import os
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+PREFIX = os.environ.get("HPCVAR_RFM_PREFIX", str(REPO / "results" / "reframe"))
+
+
+def _env(name, default):
+    return os.environ.get(name, default)
+
+
+def _logfile():
+    # ReFrame opens its log before it creates any directory of its own.
+    os.makedirs(PREFIX, exist_ok=True)
+    return f"{PREFIX}/reframe.log"
+
+
+# OpenMPI on a laptop-sized machine: allow root (containers, CI) and more ranks than cores.
+OPENMPI_LOCAL = [
+    ["OMPI_ALLOW_RUN_AS_ROOT", "1"],
+    ["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"],
+    ["OMPI_MCA_rmaps_base_oversubscribe", "1"],
+    ["PRTE_MCA_rmaps_default_mapping_policy", ":oversubscribe"],
+]
+
+site_configuration = {
+    "systems": [
+        {
+            "name": "generic-slurm",
+            "descr": "Template: a Slurm cluster with Apptainer (adapt with HPCVAR_RFM_* variables)",
+            "hostnames": [_env("HPCVAR_RFM_HOSTNAMES", r"^$(?!)")],
+            "modules_system": "nomod",
+            "prefix": PREFIX,
+            "partitions": [
+                {
+                    "name": "compute",
+                    "descr": "Compute nodes",
+                    "scheduler": "slurm",
+                    "launcher": "srun",
+                    "sched_options": {"use_nodes_option": True},
+                    "access": _env("HPCVAR_RFM_ACCESS", "").split(),
+                    "environs": ["gnu-openmpi", "gnu-mpich"],
+                    "features": ["mpi", "slurm", "remote", "apptainer"],
+                    "container_platforms": [{"type": "Apptainer"}],
+                    "max_jobs": int(_env("HPCVAR_RFM_MAX_JOBS", "8")),
+                    "processor": {"num_cpus": int(_env("HPCVAR_RFM_CORES_PER_NODE", "68"))},
+                    "time_limit": "1h",
+                }
+            ],
+        },
+        {
+            "name": "local-slurm",
+            "descr": "The single-node Slurm cluster of `hpcvar dev slurm up` (CI)",
+            "hostnames": [_env("HPCVAR_RFM_LOCAL_SLURM_HOSTNAMES", r"^$(?!)")],
+            "modules_system": "nomod",
+            "prefix": PREFIX,
+            "partitions": [
+                {
+                    "name": "debug",
+                    "scheduler": "slurm",
+                    "launcher": "srun",
+                    "sched_options": {"use_nodes_option": True},
+                    "access": [f"--partition={_env('HPCVAR_RFM_LOCAL_PARTITION', 'debug')}"],
+                    "environs": ["gnu-openmpi"],
+                    "features": ["mpi", "slurm", "local"],
+                    "max_jobs": 2,
+                    "processor": {"num_cpus": os.cpu_count()},
+                    "env_vars": OPENMPI_LOCAL,
+                    "time_limit": "10m",
+                }
+            ],
+        },
+        {
+            "name": "local",
+            "descr": "This machine: no scheduler, mpirun",
+            "hostnames": [".*"],
+            "modules_system": "nomod",
+            "prefix": PREFIX,
+            "partitions": [
+                {
+                    "name": "default",
+                    "scheduler": "local",
+                    "launcher": "mpirun",
+                    "environs": ["gnu-openmpi"],
+                    "features": ["mpi", "local"],
+                    "max_jobs": 1,
+                    "processor": {"num_cpus": os.cpu_count()},
+                    "env_vars": OPENMPI_LOCAL,
+                }
+            ],
+        },
+    ],
+    "environments": [
+        {"name": "gnu-openmpi", "cc": "mpicc", "cxx": "mpicxx", "ftn": "mpif90",
+         "features": ["mpi", "openmpi"], "extras": {"mpi_family": "openmpi"}},
+        {"name": "gnu-mpich", "cc": "mpicc", "cxx": "mpicxx", "ftn": "mpif90",
+         "features": ["mpi", "mpich"], "extras": {"mpi_family": "mpich"}},
+    ],
+    "general": [
+        {
+            "check_search_path": [str(REPO / "reframe_tests")],
+            "check_search_recursive": True,
+            "report_file": f"{PREFIX}/reports/run-report-{{sessionid}}.json",
+            "keep_stage_files": True,
+        }
+    ],
+    "storage": [{"enable": True, "sqlite_db_file": f"{PREFIX}/results.db"}],
+    "logging": [
+        {
+            "level": "debug",
+            "handlers": [
+                {"type": "stream", "name": "stdout", "level": "info", "format": "%(message)s"},
+                {"type": "file", "name": _logfile(), "level": "debug",
+                 "format": "[%(asctime)s] %(levelname)s: %(check_info)s: %(message)s", "append": True},
+            ],
+            "handlers_perflog": [
+                {
+                    # The campaign's raw perflogs (hpcvar.parsers.reframe reads this 4.x format):
+                    # one line per test case, provenance in `software`/`container`, the run's
+                    # dataset name and node list for collation.
+                    "type": "filelog",
+                    "prefix": "%(check_system)s/%(check_partition)s",
+                    "basedir": f"{PREFIX}/perflogs",
+                    "level": "info",
+                    "format": (
+                        "%(check_job_completion_time)s|reframe %(version)s|%(check_display_name)s|"
+                        "%(check_system)s|%(check_partition)s|%(check_environ)s|%(check_jobid)s|"
+                        "%(check_result)s|%(check_job_nodelist)s|%(check_num_tasks)s|"
+                        "%(check_num_tasks_per_node)s|%(check_dataset)s|%(check_software)s|"
+                        "%(check_container)s|%(check_perfvalues)s"
+                    ),
+                    "format_perfvars": "%(check_perf_value)s|%(check_perf_unit)s|%(check_perf_ref)s|"
+                                       "%(check_perf_lower_thres)s|%(check_perf_upper_thres)s|",
+                    "append": True,
+                }
+            ],
+        }
+    ],
+}

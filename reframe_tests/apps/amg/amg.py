@@ -1,0 +1,89 @@
+"""AMG (Table I: AMG 1.1 = AMG2013, and AMG2023) at fixed node counts.
+
+Input as Table I: ``-P Px Py Pz -n 32 32 32 -problem 2`` (the process grid follows the rank
+count: 32x16x16 on 128 nodes x 64 ranks, 32x32x32 on 512) with ``-printstats`` so every time step
+prints its solver block (the step markers hpcvar's AMG parser uses).
+"""
+
+import sys
+from pathlib import Path
+
+import reframe as rfm
+import reframe.utility.sanity as sn
+from reframe.core.builtins import fixture, parameter, variable
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from common.app import AppRun  # noqa: E402
+from common.grids import factor  # noqa: E402
+from common.mixins import REPO, node_counts  # noqa: E402
+from common.sources import BuildFromSources, FetchSources  # noqa: E402
+
+
+class fetch_amg2013(FetchSources):
+    app = "amg2013"
+
+
+class build_amg2013(BuildFromSources):
+    app = "amg2013"
+    sources = fixture(fetch_amg2013, scope="session")
+
+
+class fetch_amg2023(FetchSources):
+    app = "amg2023"
+
+
+class build_amg2023(BuildFromSources):
+    app = "amg2023"
+    sources = fixture(fetch_amg2023, scope="session")
+
+
+class AMGBase(AppRun):
+    descr = "AMG: algebraic multigrid solver (hypre), Table I input, per-step solver times"
+    app_name = "amg"
+    num_nodes = parameter(node_counts("amg", [128, 512]))
+    #: Local problem size per rank (``-n``).
+    local_size = variable(str, value="32 32 32")
+    problem = variable(int, value=2)
+    #: AMG2013's problem 2 runs a fixed number of time steps (6 in LLNL's driver).
+    expected_steps = 6
+    #: Relative residual every solve must reach (the solver's tolerance is 1e-6... as printed).
+    residual_bound = variable(float, value=1e-6)
+    tags = {"app", "amg", "campaign"}
+
+    def command(self):
+        px, py, pz = factor(self.num_nodes * self.tasks_per_node, 3)
+        return "amg", ["-P", str(px), str(py), str(pz), "-n", *self.local_size.split(),
+                       "-problem", str(self.problem), "-printstats"]
+
+    def physically_sane(self, out):
+        residuals = out.steps["final_residual"].dropna()
+        return [sn.assert_gt(len(residuals), 0, msg="no solver residuals printed"),
+                sn.assert_lt(float(residuals.max()), self.residual_bound,
+                             msg="a solve did not converge: residual {0} >= {1}")]
+
+
+@rfm.simple_test
+class AMG2013(AMGBase):
+    build = fixture(build_amg2013, scope="environment")
+
+
+class AMG2023Base(AMGBase):
+    #: AMG2023's problem 2 is one solve, not AMG 1.1's time-stepping loop: one step per run.
+    expected_steps = 1
+
+
+@rfm.simple_test
+class AMG2023(AMG2023Base):
+    build = fixture(build_amg2023, scope="environment")
+
+
+@rfm.simple_test
+class AMG2013Container(AMGBase):
+    """AMG2013 from the image built from containers/amg2013.def (`-S image=/path/amg2013.sif`)."""
+
+    image = str(REPO / "containers" / "amg2013.sif")
+
+
+@rfm.simple_test
+class AMG2023Container(AMG2023Base):
+    image = str(REPO / "containers" / "amg2023.sif")

@@ -1,0 +1,104 @@
+"""Behaviour every hpcvar ReFrame test shares, as mixins (the cscs-reframe-tests pattern).
+
+* :class:`CampaignRun`: the loggable fields the campaign's perflogs carry (``dataset``,
+  ``software``, ``container``), the fixed node count and tasks per node of a dataset
+  (64 of 68 cores per node by default, leaving cores for system daemons, as the paper did).
+* :class:`TimestampedOutput`: every line the job prints after set-up goes through moreutils
+  ``ts '%.s'`` into ``app.out`` as it appears, so step boundaries get wall-clock times that line
+  up with monitoring data (``hpcvar.parsers.apps`` reads the file).
+* :class:`CounterSampler`: one ``hpcvar sample`` per node alongside the job step, stopped with
+  SIGTERM after the run (``node-counters-<host>.csv``).
+
+Tests select partitions by features (``+mpi``, ``+remote``, ``+apptainer``, ``+local``), never by
+system name; see config/reframe/settings.py.
+"""
+
+import os
+import sys
+from pathlib import Path
+
+import reframe as rfm
+import reframe.utility.typecheck as typ
+from reframe.core.builtins import run_after, run_before, variable
+
+REPO = Path(__file__).resolve().parents[2]
+
+#: The ``hpcvar`` command of the environment ReFrame runs in (the project's .venv), if present.
+_HPCVAR = Path(sys.executable).with_name("hpcvar")
+HPCVAR = str(_HPCVAR) if _HPCVAR.exists() else "hpcvar"
+
+
+def node_counts(app: str, default: list[int]) -> list[int]:
+    """The node counts a test is parameterised on: Table I's, or ``HPCVAR_RFM_NODES``.
+
+    ReFrame's ``-S`` sets variables, not parameters, so the list is read when the test file is
+    loaded: ``HPCVAR_RFM_NODES=4,8`` (every app) or ``HPCVAR_RFM_NODES=amg:4,8;milc:2``.
+    """
+    spec = os.environ.get("HPCVAR_RFM_NODES", "").strip()
+    if not spec:
+        return default
+    if ":" not in spec:
+        return [int(n) for n in spec.split(",")]
+    for item in spec.split(";"):
+        name, _, counts = item.partition(":")
+        if name.strip() == app:
+            return [int(n) for n in counts.split(",")]
+    return default
+
+
+class CampaignRun(rfm.RegressionTestPlugin):
+    #: The dataset this run belongs to (``<app>-<nodes>``, as in the campaign's dataset table).
+    dataset = variable(str, value="", loggable=True)
+    #: Application name and version (and the source commit when built from git).
+    software = variable(str, value="", loggable=True)
+    #: Container image and its sha256 digest, empty when run bare-metal.
+    container = variable(str, value="", loggable=True)
+    #: MPI ranks per node; 64 of KNL's 68 cores by default (-S tasks_per_node=N).
+    tasks_per_node = variable(int, value=64)
+    #: Slurm/launcher options added to the job (e.g. -S extra_job_options=--switches=1).
+    extra_job_options = variable(typ.List[str], value=[])
+
+    @run_after("init")
+    def _set_dataset(self):
+        if not self.dataset and hasattr(self, "app_name") and hasattr(self, "num_nodes"):
+            self.dataset = f"{self.app_name}-{self.num_nodes}"
+
+    @run_after("setup")
+    def _set_tasks(self):
+        if hasattr(self, "num_nodes"):
+            self.num_tasks_per_node = self.tasks_per_node
+            self.num_tasks = self.num_nodes * self.tasks_per_node
+        self.job.options += self.extra_job_options
+
+
+class TimestampedOutput(rfm.RegressionTestPlugin):
+    #: The timestamped copy of the job's standard output (what the parsers read).
+    timed_output = variable(str, value="app.out")
+
+    @run_before("run")
+    def _timestamp_output(self):
+        # Bash process substitution: stdout of everything after this line goes through `ts`
+        # live, so the launch line itself stays untouched (container platforms rewrite it).
+        self.prerun_cmds = [f"exec 3>&1 > >(ts '%.s' | tee {self.timed_output})", "HPCVAR_TS_PID=$!",
+                            *self.prerun_cmds]
+        self.postrun_cmds = [*self.postrun_cmds, "exec 1>&3 3>&-", "wait $HPCVAR_TS_PID"]
+
+
+class CounterSampler(rfm.RegressionTestPlugin):
+    sample_counters = variable(bool, value=True)
+    #: Seconds between samples (the sampler's overhead is measured in benchmarks/bench_sampler.py).
+    sample_interval = variable(float, value=1.0)
+    sample_sources = variable(str, value="net,infiniband,cxi")
+    hpcvar = variable(str, value=HPCVAR)
+
+    @run_before("run")
+    def _start_sampler(self):
+        if not self.sample_counters:
+            return
+        cmd = (f"{self.hpcvar} sample --out 'node-counters-{{hostname}}.csv' "
+               f"--interval {self.sample_interval} --sources {self.sample_sources}")
+        if self.current_partition.scheduler.registered_name == "slurm":
+            # One sampler per node, sharing the allocation with the job step.
+            cmd = f"srun --overlap --ntasks-per-node=1 --nodes=$SLURM_JOB_NUM_NODES {cmd}"
+        self.prerun_cmds += [f"{cmd} &", "HPCVAR_SAMPLER_PID=$!"]
+        self.postrun_cmds += ["kill -TERM $HPCVAR_SAMPLER_PID 2>/dev/null; wait $HPCVAR_SAMPLER_PID || true"]

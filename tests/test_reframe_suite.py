@@ -1,0 +1,137 @@
+"""The ReFrame suite (reframe_tests/): the application tests list and dry-run against the Slurm
+template with the right node counts, task counts and launch lines; the microbenchmarks run for
+real on this machine under the `local` system."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+REFRAME = str(Path(sys.executable).with_name("reframe"))
+CONFIG = str(REPO / "config" / "reframe" / "settings.py")
+sys.path.insert(0, str(REPO / "reframe_tests"))
+
+
+def reframe(*args, prefix: Path, env: dict | None = None, timeout=600) -> subprocess.CompletedProcess:
+    e = {k: v for k, v in os.environ.items() if not k.startswith("HPCVAR_RFM_")}
+    e.update({"HPCVAR_RFM_PREFIX": str(prefix), **(env or {})})
+    return subprocess.run([REFRAME, "-C", CONFIG, *args], cwd=REPO, capture_output=True, text=True, env=e,
+                          timeout=timeout)
+
+
+def job_scripts(prefix: Path) -> dict[str, str]:
+    """Generated run scripts by test directory name (``AMG2013_<hash>``)."""
+    return {p.parent.name: p.read_text() for p in (prefix / "stage").rglob("rfm_job.sh")}
+
+
+def sbatch(script: str) -> dict[str, str]:
+    return dict(re.findall(r"^#SBATCH --([\w-]+)(?:=(.*))?$", script, re.MULTILINE))
+
+
+def test_process_grids_follow_table_one():
+    from common.grids import factor
+
+    assert factor(128 * 64, 3) == [32, 16, 16]  # AMG, 128 nodes: -P 32 16 16
+    assert factor(512 * 64, 3) == [32, 32, 32]  # AMG, 512 nodes: -P 32 32 32
+    assert factor(128 * 64, 4) == [16, 8, 8, 8]
+    with pytest.raises(ValueError):
+        factor(0, 3)
+
+
+def test_application_tests_list_on_the_slurm_template(tmp_path):
+    out = reframe("-c", "reframe_tests/apps", "-R", "--system", "generic-slurm", "-l", prefix=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    listed = re.findall(r"^- (\w+) %num_nodes=(\d+)", out.stdout, re.MULTILINE)
+    expected = {("AMG2013", "128"), ("AMG2013", "512"), ("AMG2023", "128"), ("AMG2023", "512"),
+                ("MILC", "128"), ("MILC", "512"), ("MiniVite", "128"), ("UMT", "128")}
+    expected |= {(f"{t}Container", n) for t, n in expected}
+    assert set(listed) == expected
+    # Bare-metal tests carry the fetch -> build fixture chain, per programming environment.
+    assert "^build_amg2013 ~generic-slurm:compute+gnu-openmpi" in out.stdout
+    assert "^fetch_milc ~generic-slurm" in out.stdout
+
+
+def test_applications_do_not_run_on_the_local_system(tmp_path):
+    out = reframe("-c", "reframe_tests/apps", "-R", "--system", "local", "-l", prefix=tmp_path)
+    assert out.returncode == 0 and "Found 0 check(s)" in out.stdout, out.stdout
+
+
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory):
+    prefix = tmp_path_factory.mktemp("rfm-dry")
+    out = reframe("-c", "reframe_tests/apps", "-R", "--system", "generic-slurm", "-p", "gnu-openmpi", "--dry-run",
+                  prefix=prefix, env={"HPCVAR_RFM_ACCESS": "--partition=regular --account=m1234"})
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+    return prefix, job_scripts(prefix)
+
+
+def _one(scripts: dict[str, str], test: str, nodes: int) -> str:
+    found = [s for name, s in scripts.items() if re.fullmatch(rf"{test}_[0-9a-f]{{8}}", name)
+             and sbatch(s).get("nodes") == str(nodes)]
+    assert len(found) == 1, (test, nodes, sorted(scripts))
+    return found[0]
+
+
+@pytest.mark.parametrize("test,nodes,args", [
+    ("AMG2013", 128, "-P 32 16 16 -n 32 32 32 -problem 2 -printstats"),
+    ("AMG2013", 512, "-P 32 32 32 -n 32 32 32 -problem 2 -printstats"),
+    ("AMG2023", 512, "-P 32 32 32 -n 32 32 32 -problem 2 -printstats"),
+    ("MILC", 128, "su3_rmd.in"),
+    ("MiniVite", 128, "-f nlpkkt240.bin -t 1E-02"),
+    ("UMT", 128, "-c 7 -B local -d 10,10,10 -b 1"),
+])
+def test_dry_run_scripts_have_the_node_and_task_counts_and_launch_lines(dry_run, test, nodes, args):
+    _, scripts = dry_run
+    script = _one(scripts, test, nodes)
+    opts = sbatch(script)
+    assert opts["nodes"] == str(nodes) and opts["ntasks"] == str(nodes * 64) and opts["ntasks-per-node"] == "64"
+    assert "exclusive" in opts and opts["partition"] == "regular" and opts["account"] == "m1234"
+    launch = [line for line in script.splitlines() if line.startswith("srun ") and "hpcvar sample" not in line]
+    assert launch and all(line.endswith(args) for line in launch), launch
+    assert re.search(rf"^srun \S+/install/bin/\w+ {re.escape(args)}$", launch[0], re.MULTILINE)
+    # Output timestamped live, one counter sampler per node alongside the step.
+    assert "exec 3>&1 > >(ts '%.s' | tee app.out)" in script
+    assert re.search(r"^srun --overlap --ntasks-per-node=1 --nodes=\$SLURM_JOB_NUM_NODES \S*hpcvar sample ", script,
+                     re.MULTILINE)
+    if test == "MiniVite":
+        assert len(launch) == 6  # the paper's outer loop: six repetitions in one allocation
+
+
+def test_dry_run_milc_deck_has_four_sites_per_rank(dry_run):
+    prefix, scripts = dry_run
+    for nodes, dims in ((128, (64, 32, 32, 32)), (512, (64, 64, 64, 32))):
+        script = _one(scripts, "MILC", nodes)
+        stage = next(p.parent for p in (prefix / "stage").rglob("rfm_job.sh") if p.read_text() == script)
+        deck = (stage / "su3_rmd.in").read_text()
+        lattice = tuple(int(re.search(rf"^n{d} (\d+)$", deck, re.MULTILINE)[1]) for d in "xyzt")
+        assert lattice == dims
+        sites = lattice[0] * lattice[1] * lattice[2] * lattice[3]
+        assert sites / (nodes * 64) == 4 ** 4
+        assert re.search(r"^trajecs 80$", deck, re.MULTILINE) and "fresh" in deck
+
+
+def test_dry_run_container_runs_go_through_apptainer_with_pmix(dry_run):
+    _, scripts = dry_run
+    script = _one(scripts, "AMG2013Container", 128)
+    launch = [line for line in script.splitlines() if "apptainer exec" in line]
+    assert len(launch) == 1
+    assert re.match(r"srun --mpi=pmix apptainer exec .* \S+/containers/amg2013\.sif amg -P 32 16 16 ", launch[0])
+    assert "sha256sum" in script  # the image digest goes to the perflog as provenance
+
+
+def test_node_counts_and_tasks_per_node_are_configuration(tmp_path):
+    out = reframe("-c", "reframe_tests/apps/amg", "--system", "generic-slurm", "-p", "gnu-openmpi", "-n", "AMG2013",
+                  "-x", "AMG2013Container",
+                  "-S", "tasks_per_node=32", "--dry-run", prefix=tmp_path, env={"HPCVAR_RFM_NODES": "amg:2,4"})
+    assert out.returncode == 0, out.stdout[-3000:]
+    scripts = job_scripts(tmp_path)
+    counts = sorted((int(sbatch(s)["nodes"]), int(sbatch(s)["ntasks"])) for n, s in scripts.items()
+                    if n.startswith("AMG2013_"))
+    assert counts == [(2, 64), (4, 128)]
+    assert "-P 4 4 4 " in _one(scripts, "AMG2013", 2)
