@@ -71,12 +71,14 @@ def read_wide(path: str | Path) -> pd.DataFrame:
 
 
 def read(path: str | Path) -> pd.DataFrame:
-    """Long table ``step, counter, value`` with Table II abbreviations (derived ones included)."""
+    """Long table ``step, counter, value``: Aries counters under their Table II abbreviations
+    (derived ones included); any other counter (a node sampler's ``infiniband_port_xmit_wait``,
+    ``net_rx_bytes``, ...) under its own column name."""
     wide = read_wide(path)
-    table2 = aries.to_table2(wide.drop(columns="step"))
-    if table2.empty or not len(table2.columns):
-        raise ParseError(path, "no Aries router counter columns (see hpcvar.aries for accepted names)",
-                         wide.attrs["header_line"])
+    counters = wide.drop(columns="step")
+    table2 = aries.to_table2(counters)
+    others = [c for c in counters.columns if not aries.is_counter(c) and c not in aries.SUMS]
+    table2 = pd.concat([table2, counters[others]], axis=1)  # read_wide guarantees one column at least
     table2.insert(0, "step", wide["step"])
     return table2.melt(id_vars="step", var_name="counter", value_name="value")
 
