@@ -118,6 +118,20 @@ def cmd_report(a) -> int:
     return 0
 
 
+def cmd_sample(a) -> int:
+    from hpcvar.sampler import run
+
+    sources = [s.strip() for s in a.sources.split(",") if s.strip()]
+    patterns = [p.strip() for p in a.cxi_counters.split(",") if p.strip()] if a.cxi_counters else None
+    try:
+        kwargs = {"cxi_counters": patterns} if patterns else {}
+        return run(a.out, interval=a.interval, sources=sources, sysfs_root=a.sysfs_root,
+                   duration=a.duration, **kwargs)
+    except ValueError as exc:
+        print(f"hpcvar sample: {exc}", file=sys.stderr)
+        return 2
+
+
 def cmd_schema(a) -> int:
     from hpcvar.schema import markdown
 
@@ -182,6 +196,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--no-anonymise", dest="anonymise", action="store_false",
                    help="show user names as collated (only for private use; off by default)")
     s.set_defaults(func=cmd_report)
+
+    s = sub.add_parser("sample", help="sample this node's network counters until SIGTERM/SIGINT (beside a job step)",
+                       description="Per-node counter sampler: srun --overlap --ntasks-per-node=1 hpcvar sample "
+                                   "--out 'counters.{hostname}.csv' & (docs/counters.md).")
+    s.add_argument("--out", required=True, help="CSV file to write; {hostname} is replaced by the node's name")
+    s.add_argument("--interval", type=float, default=1.0, help="seconds between samples (default 1.0)")
+    s.add_argument("--sources", default="net,infiniband,cxi,papi",
+                   help="comma-separated: net, infiniband, cxi, papi (absent ones are recorded, not errors)")
+    s.add_argument("--duration", type=float, help="stop after this many seconds (default: run until signalled)")
+    s.add_argument("--sysfs-root", default="/sys", help="root of the sysfs tree to read (default /sys)")
+    s.add_argument("--cxi-counters", help="comma-separated shell patterns of Cassini telemetry names "
+                                          "(default: the CXI summary groups; '*' for all)")
+    s.set_defaults(func=cmd_sample)
 
     s = sub.add_parser("schema", help="print the dataset schema as Markdown")
     s.add_argument("--markdown", action="store_true", help="(the only format; accepted for clarity)")
