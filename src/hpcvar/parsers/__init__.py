@@ -10,11 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 from types import ModuleType
 
-from hpcvar.parsers import apps, counters, ldms, mpip, reframe, sacct
+from hpcvar.parsers import apps, counters, cxi_summary, ldms, microbenchmarks, mpip, node_counters, reframe, sacct
 from hpcvar.parsers.errors import ParseError
 
 #: Sniffed in this order; the first module whose ``sniff`` says yes reads the file.
-FORMATS: tuple[ModuleType, ...] = (counters, ldms, mpip, reframe, sacct, apps)
+FORMATS: tuple[ModuleType, ...] = (counters, node_counters, microbenchmarks, ldms, mpip, reframe, sacct, apps, cxi_summary)
 HEAD_BYTES = 8192
 
 
@@ -39,7 +39,9 @@ def inspect(path: str | Path) -> dict:
     if module is None:
         return {"file": str(path), "ok": False,
                 "error": "not a format hpcvar reads (sacct -P/fixed-width, LDMS store_csv, mpiP, ReFrame "
-                         "perflog/JSON report, AMG/MILC/UMT/miniVite/OSU/IMB output, hpcvar counters.csv)"}
+                         "perflog/JSON report, AMG/MILC/UMT/miniVite/OSU/IMB output, hpcvar counters.csv, "
+                         "hpcvar node counters, Cray MPICH CXI counter summary, "
+                         "hpcvar microbenchmark CSV)"}
     try:
         return {"file": str(path), "ok": True, **module.describe(path)}
     except ParseError as exc:
