@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -135,3 +136,30 @@ def test_node_counts_and_tasks_per_node_are_configuration(tmp_path):
                     if n.startswith("AMG2013_"))
     assert counts == [(2, 64), (4, 128)]
     assert "-P 4 4 4 " in _one(scripts, "AMG2013", 2)
+
+
+def test_microbenchmarks_run_for_real_on_the_local_system(tmp_path):
+    """Build with ReFrame, run on 2 local ranks, and read back perflogs, data files and counters."""
+    from hpcvar.parsers import microbenchmarks, node_counters
+    from hpcvar.parsers import reframe as rfm_parser
+
+    out = reframe("-c", "reframe_tests", "-R", "--system", "local", "-r", prefix=tmp_path)
+    assert out.returncode == 0, out.stdout[-4000:]
+    assert "Ran 4/4 test case(s)" in out.stdout and "0 failure(s)" in out.stdout
+    perf = pd.concat([rfm_parser.read_perflog(p) for p in (tmp_path / "perflogs" / "local" / "default").glob("*.log")
+                      if not p.name.startswith("build_")])
+    assert set(perf["dataset"]) == {"collectives-1", "overtime-1", "confidence-1"}
+    assert (perf["result"] == "pass").all() and (perf["num_tasks"] == "2").all()
+    allreduce = perf[perf["variable"] == "allreduce_8B_median"]["value"].iloc[0]
+    assert 0 < allreduce < 10_000  # microseconds: two ranks on one machine
+    outdir = tmp_path / "output" / "local" / "default" / "gnu-openmpi"
+    coll = microbenchmarks.read_collectives(next(outdir.glob("Collectives_*/collectives.csv")))
+    assert len(coll) == 4 * 3 * 200  # every iteration of every collective and size
+    minima = microbenchmarks.read_confidence_minima(next(outdir.glob("Confidence_*/confidence-minima.csv")))
+    assert minima["cycle"].nunique() == 10 and (minima["min_pairwise_us"] > 0).all()
+    # One sampler ran beside each job and recorded this node's network interfaces.
+    samples = node_counters.read(next(outdir.glob("Overtime_*/node-counters-*.csv")))
+    assert (samples["source"] == "net").any()
+    # The session went to ReFrame's results database, so --performance-compare can use it.
+    sessions = reframe("--list-stored-sessions", prefix=tmp_path)
+    assert sessions.returncode == 0 and re.search(r"[0-9a-f-]{36}", sessions.stdout)

@@ -82,6 +82,7 @@ class TimestampedOutput(rfm.RegressionTestPlugin):
         self.prerun_cmds = [f"exec 3>&1 > >(ts '%.s' | tee {self.timed_output})", "HPCVAR_TS_PID=$!",
                             *self.prerun_cmds]
         self.postrun_cmds = [*self.postrun_cmds, "exec 1>&3 3>&-", "wait $HPCVAR_TS_PID"]
+        self.keep_files += [self.timed_output]
 
 
 class CounterSampler(rfm.RegressionTestPlugin):
@@ -101,4 +102,5 @@ class CounterSampler(rfm.RegressionTestPlugin):
             # One sampler per node, sharing the allocation with the job step.
             cmd = f"srun --overlap --ntasks-per-node=1 --nodes=$SLURM_JOB_NUM_NODES {cmd}"
         self.prerun_cmds += [f"{cmd} &", "HPCVAR_SAMPLER_PID=$!"]
+        self.keep_files += ["node-counters-*.csv"]
         self.postrun_cmds += ["kill -TERM $HPCVAR_SAMPLER_PID 2>/dev/null; wait $HPCVAR_SAMPLER_PID || true"]

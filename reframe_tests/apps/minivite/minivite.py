@@ -15,7 +15,9 @@ import reframe as rfm
 import reframe.utility.sanity as sn
 from reframe.core.builtins import fixture, parameter, run_after, run_before, variable
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+_SUITE = str(Path(__file__).resolve().parents[2])
+if _SUITE not in sys.path:  # append: ReFrame pops the entry it appended by position
+    sys.path.append(_SUITE)
 from common.app import AppRun  # noqa: E402
 from common.mixins import REPO, node_counts  # noqa: E402
 from common.sources import BuildFromSources, FetchSources  # noqa: E402
