@@ -135,7 +135,8 @@ def test_conform_wrong_type():
 
 
 def test_every_table_has_its_key_in_its_columns():
-    assert set(TABLES) == {"runs", "steps", "step_counters", "system_counters", "mpi_profile", "neighbourhood"}
+    assert set(TABLES) == {"runs", "steps", "step_counters", "system_counters", "mpi_profile", "neighbourhood",
+                           "latency", "latency_histograms"}
     for t in TABLES.values():
         assert set(t.key) <= set(t.column_names), t.name
         assert all(not c.nullable for c in t.columns if c.name in t.key), t.name

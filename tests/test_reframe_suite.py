@@ -138,12 +138,19 @@ def test_node_counts_and_tasks_per_node_are_configuration(tmp_path):
     assert "-P 4 4 4 " in _one(scripts, "AMG2013", 2)
 
 
-def test_microbenchmarks_run_for_real_on_the_local_system(tmp_path):
+@pytest.fixture(scope="module")
+def local_run(tmp_path_factory):
+    """The suite run for real here (``--system local``: the microbenchmarks on 2 ranks)."""
+    prefix = tmp_path_factory.mktemp("rfm-local")
+    return prefix, reframe("-c", "reframe_tests", "-R", "--system", "local", "-r", prefix=prefix)
+
+
+def test_microbenchmarks_run_for_real_on_the_local_system(local_run):
     """Build with ReFrame, run on 2 local ranks, and read back perflogs, data files and counters."""
     from hpcvar.parsers import microbenchmarks, node_counters
     from hpcvar.parsers import reframe as rfm_parser
 
-    out = reframe("-c", "reframe_tests", "-R", "--system", "local", "-r", prefix=tmp_path)
+    tmp_path, out = local_run
     assert out.returncode == 0, out.stdout[-4000:]
     assert "Ran 4/4 test case(s)" in out.stdout and "0 failure(s)" in out.stdout
     perf = pd.concat([rfm_parser.read_perflog(p) for p in (tmp_path / "perflogs" / "local" / "default").glob("*.log")
@@ -163,3 +170,71 @@ def test_microbenchmarks_run_for_real_on_the_local_system(tmp_path):
     # The session went to ReFrame's results database, so --performance-compare can use it.
     sessions = reframe("--list-stored-sessions", prefix=tmp_path)
     assert sessions.returncode == 0 and re.search(r"[0-9a-f-]{36}", sessions.stdout)
+
+
+def test_reframe_runs_import_into_the_dataset_and_the_report(local_run, tmp_path):
+    """import-reframe -> collate: every timed operation lands in `latency`, the timer calibration
+    in `latency_histograms`; importing and collating again adds nothing; the report shows them."""
+    import json
+
+    from hpcvar.anonymise import Pseudonymiser
+    from hpcvar.campaign.reframe_import import import_reports
+    from hpcvar.collate import collate
+    from hpcvar.dataset import Dataset
+    from hpcvar.report import build
+
+    prefix, out = local_run
+    assert out.returncode == 0, out.stdout[-4000:]
+    reports = sorted((prefix / "reports").glob("*.json"))
+    first = import_reports(reports, tmp_path / "raw")
+    assert len(first.imported) == 3 and first.ignored  # the build fixture has no dataset
+    manifest = json.loads((tmp_path / "raw" / "runs" / first.imported[0] / "manifest.json").read_text())
+    assert manifest["job"]["scheduler"] == "local" and manifest["job"]["state"] == "COMPLETED"
+    assert manifest["kind"] == "microbenchmark" and "stdout.txt" in manifest["files"]
+    result = collate(tmp_path / "raw", tmp_path / "dataset", Pseudonymiser(b"salt"))
+    assert len(result.new_runs) == 3 and not result.quarantined and not result.failed
+    ds = Dataset(tmp_path / "dataset")
+    runs = ds.read("runs")
+    assert set(runs["app"]) == {"collectives", "overtime", "confidence"}
+    assert (runs["num_steps"] == 0).all() and (runs["total_time_s"] > 0).all()
+    assert runs["user"].str.fullmatch(r"user-[0-9a-f]{10}").all()
+    latency = ds.read("latency")
+    outdir = prefix / "output" / "local" / "default" / "gnu-openmpi"
+    coll = next(outdir.glob("Collectives_*/collectives.csv"))
+    from hpcvar.parsers import microbenchmarks
+
+    expected = microbenchmarks.read_collectives(coll)
+    got = latency[latency["benchmark"] == "collectives"].sort_values(["operation", "size_bytes", "iteration"])
+    assert len(got) == len(expected) == 2400
+    assert got["value_us"].sum() == pytest.approx(expected["max_us"].sum())
+    hist = ds.read("latency_histograms")
+    timer = hist[hist["kind"] == "timer"]
+    assert set(timer["pair"]) == {"0", "1"} and timer["count"].sum() > 0
+    # Idempotent: nothing new to import or collate.
+    again = import_reports(reports, tmp_path / "raw")
+    assert again.imported == [] and len(again.skipped) == 3
+    assert collate(tmp_path / "raw", tmp_path / "dataset", Pseudonymiser(b"salt")).new_runs == []
+    # The report's distribution section now has data.
+    report = build(tmp_path / "dataset", tmp_path / "report.html", figures_dir=tmp_path / "figures")
+    assert not report["sections"]["distributions"]["empty"]
+    assert len(report["sections"]["distributions"]["figures"]) == 3
+
+
+def test_slurm_runs_need_their_sacct(local_run, tmp_path):
+    """Only runs of ReFrame's local scheduler may come without sacct output."""
+    import json
+
+    from hpcvar.anonymise import Pseudonymiser
+    from hpcvar.campaign.reframe_import import import_reports
+    from hpcvar.collate import collate
+
+    prefix, _ = local_run
+    imported = import_reports(sorted((prefix / "reports").glob("*.json")), tmp_path / "raw").imported
+    run_dir = tmp_path / "raw" / "runs" / imported[0]
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    manifest["job"]["scheduler"] = "slurm"
+    (run_dir / "manifest.json").write_text(json.dumps(manifest))
+    result = collate(tmp_path / "raw", tmp_path / "dataset", Pseudonymiser(b"salt"))
+    assert len(result.new_runs) == 2
+    (bad,) = result.quarantined
+    assert bad["file"].endswith(f"{imported[0]}/sacct.txt") and "sacct output of its window" in bad["error"]

@@ -118,6 +118,20 @@ def cmd_report(a) -> int:
     return 0
 
 
+def cmd_import_reframe(a) -> int:
+    from hpcvar.campaign.reframe_import import import_reports
+    from hpcvar.parsers.errors import ParseError
+
+    try:
+        r = import_reports(a.reports, a.raw, topology=a.topology)
+    except ParseError as exc:
+        print(f"hpcvar import-reframe: {exc}", file=sys.stderr)
+        return 2
+    print(f"imported {len(r.imported)} runs into {a.raw}/runs ({len(r.skipped)} already there, "
+          f"{len(r.ignored)} test cases without a dataset or a job: fixtures, builds)")
+    return 0
+
+
 def cmd_sample(a) -> int:
     from hpcvar.sampler import run
 
@@ -196,6 +210,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--no-anonymise", dest="anonymise", action="store_false",
                    help="show user names as collated (only for private use; off by default)")
     s.set_defaults(func=cmd_report)
+
+    s = sub.add_parser("import-reframe", help="turn ReFrame run reports into raw campaign run directories",
+                       description="Each campaign test case of the JSON run reports (ReFrame's --report-file, "
+                                   "results/reframe/reports/) becomes runs/<run_id>/ under RAW with its files and "
+                                   "a manifest written last; runs already imported are left alone.")
+    s.add_argument("reports", nargs="+", help="ReFrame JSON run reports")
+    s.add_argument("--raw", required=True, help="raw campaign directory to add runs to")
+    s.add_argument("--topology", help="the site's node -> router -> group map (CSV, YAML or Slurm topology.conf); "
+                                      "default: nodes recorded flat, without network structure")
+    s.set_defaults(func=cmd_import_reframe)
 
     s = sub.add_parser("sample", help="sample this node's network counters until SIGTERM/SIGINT (beside a job step)",
                        description="Per-node counter sampler: srun --overlap --ntasks-per-node=1 hpcvar sample "

@@ -26,7 +26,7 @@ import yaml
 from hpcvar import aries
 from hpcvar.anonymise import Pseudonymiser
 from hpcvar.dataset import Dataset
-from hpcvar.parsers import apps, ldms, mpip, reframe, sacct
+from hpcvar.parsers import apps, ldms, microbenchmarks, mpip, reframe, sacct
 from hpcvar.parsers import counters as counter_files
 from hpcvar.parsers.errors import ParseError
 from hpcvar.progress import Progress
@@ -47,6 +47,8 @@ class RunData:
     mpi_profile: pd.DataFrame
     neighbourhood: pd.DataFrame
     routers: set[str]
+    latency: pd.DataFrame | None = None
+    latency_histograms: pd.DataFrame | None = None
 
 
 @dataclass
@@ -139,29 +141,101 @@ def neighbourhood(jobs: pd.DataFrame, me: pd.Series, topo: Topology, my_routers:
     return pd.DataFrame(rows, columns=["job_id", "user", "num_nodes", "overlap_s", "shared_groups", "shared_routers"])
 
 
+def _job_from_manifest(run_dir: Path, meta: dict) -> pd.Series:
+    """Our job as the manifest records it, for runs without a batch scheduler's accounting
+    (ReFrame's local scheduler): there is no sacct, so no neighbourhood either."""
+    path = run_dir / "manifest.json"
+    job = meta.get("job")
+    if not isinstance(job, dict) or job.get("scheduler") != "local":
+        raise ParseError(run_dir / "sacct.txt", "missing: a run on a batch scheduler needs the sacct output of its "
+                                                "window (only runs of ReFrame's local scheduler may omit it)")
+    for key in ("node_list", "start", "end", "state"):
+        if job.get(key) in (None, "", []):
+            raise ParseError(path, f"manifest job lacks {key!r}")
+    start, end = pd.Timestamp(job["start"]), pd.Timestamp(job["end"])
+    return pd.Series({"job_id": str(meta["job_id"]), "user": job.get("user"), "state": job["state"],
+                      "node_list": list(job["node_list"]), "submit": start, "start": start, "end": end,
+                      "elapsed_s": (end - start).total_seconds(), "line": 1})
+
+
+def _microbenchmark_tables(run_dir: Path, run_id: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The ``latency`` and ``latency_histograms`` rows of one microbenchmark run's data files."""
+    lat, hist = [], []
+    for f in sorted(run_dir.glob("*.csv")):
+        with open(f) as fh:
+            if not microbenchmarks.sniff(fh.readline(), f.name):
+                continue
+        t = microbenchmarks.read(f)
+        kind = t.attrs["kind"]
+        if kind == microbenchmarks.KIND_COLLECTIVES:
+            lat.append(pd.DataFrame({"benchmark": "collectives", "operation": t["collective"],
+                                     "size_bytes": t["size_bytes"], "pair": "", "cycle": 0,
+                                     "iteration": t["iteration"], "value_us": t["max_us"]}))
+        elif kind == microbenchmarks.KIND_OVERTIME_ITERATIONS:
+            lat.append(pd.DataFrame({"benchmark": "overtime", "operation": t["phase"], "size_bytes": t["size_bytes"],
+                                     "pair": "", "cycle": t["cycle"], "iteration": t["iteration"],
+                                     "value_us": t["max_us"]}))
+        elif kind == microbenchmarks.KIND_CONFIDENCE_MINIMA:
+            lat.append(pd.DataFrame({"benchmark": "confidence", "operation": "pairwise_min", "size_bytes": 1,
+                                     "pair": t["rank_a"].astype(str) + "-" + t["rank_b"].astype(str),
+                                     "cycle": t["cycle"], "iteration": 0, "value_us": t["min_pairwise_us"]}))
+        elif kind == microbenchmarks.KIND_CONFIDENCE_HISTOGRAM:
+            # Pairs as "<a>-<b>"; the timer histogram is per rank.
+            pair = np.where(t["kind"] == "timer", t["rank_a"].astype(str),
+                            t["rank_a"].astype(str) + "-" + t["rank_b"].astype(str))
+            hist.append(pd.DataFrame({"kind": t["kind"], "pair": pair, "bin": t["bin"], "lower_us": t["lower_us"],
+                                      "upper_us": t["upper_us"], "count": t["count"]}))
+    if not lat and not hist:
+        raise ParseError(run_dir / "manifest.json", "a microbenchmark run without hpcvar microbenchmark CSV files")
+    latency = pd.concat(lat, ignore_index=True).assign(run_id=run_id) if lat else pd.DataFrame()
+    histograms = pd.concat(hist, ignore_index=True).assign(run_id=run_id) if hist else pd.DataFrame()
+    return latency, histograms
+
+
 def collate_run(run_dir: Path, system: SystemInfo, topo: Topology, meta: dict) -> RunData | dict:
     """Parse one complete run directory; returns RunData, or a failure record for non-COMPLETED jobs."""
     run_id = meta["run_id"]
     sacct_path = run_dir / "sacct.txt"
-    jobs = sacct.read(sacct_path)
-    missing = [f for col, f in SACCT_NEEDED.items() if col not in jobs.columns]
-    if missing:
-        raise ParseError(sacct_path, f"sacct output lacks fields {missing}; collect it with "
-                                     f"--format={','.join(SACCT_NEEDED.values())},...", 1)
-    for col in ("submit", "start", "end"):
-        if col in jobs.columns:
-            jobs[col] = to_utc(jobs[col], system.timezone)
-    me = _our_job(jobs, meta["job_id"], sacct_path)
+    if sacct_path.exists():
+        jobs = sacct.read(sacct_path)
+        missing = [f for col, f in SACCT_NEEDED.items() if col not in jobs.columns]
+        if missing:
+            raise ParseError(sacct_path, f"sacct output lacks fields {missing}; collect it with "
+                                         f"--format={','.join(SACCT_NEEDED.values())},...", 1)
+        for col in ("submit", "start", "end"):
+            if col in jobs.columns:
+                jobs[col] = to_utc(jobs[col], system.timezone)
+        me = _our_job(jobs, meta["job_id"], sacct_path)
+    else:
+        jobs, me = None, _job_from_manifest(run_dir, meta)
     if me["state"] != "COMPLETED":
         return {"run_id": run_id, "dataset": meta["dataset"], "job_id": str(meta["job_id"]),
-                "state": me["state"], "file": str(sacct_path), "kind": "failed-run",
-                "start": _iso(me.get("start")), "end": _iso(me.get("end"))}
+                "state": me["state"], "file": str(sacct_path if jobs is not None else run_dir / "manifest.json"),
+                "kind": "failed-run", "start": _iso(me.get("start")), "end": _iso(me.get("end"))}
     nodes = list(me["node_list"])
     unknown = topo.unknown_nodes(nodes)
     if unknown:
         raise ParseError(sacct_path, f"job {me['job_id']} has nodes not in the topology: "
                                      f"{hostlist.collect_hostlist(unknown[:10])}", int(me["line"]))
     place = topo.placement(nodes)
+    my_routers, my_groups = topo.routers_of(nodes), topo.groups_of(nodes)
+    neigh = (neighbourhood(jobs, me, topo, my_routers, my_groups, me["end"]) if jobs is not None
+             else pd.DataFrame(columns=["job_id", "user", "num_nodes", "overlap_s", "shared_groups", "shared_routers"])
+             ).assign(run_id=run_id)
+    run = {
+        "run_id": run_id, "system": system.name, "app": meta["app"], "dataset": meta["dataset"],
+        "input": meta.get("input"), "num_nodes": int(meta["num_nodes"]), "job_id": str(me["job_id"]),
+        "user": me.get("user"), "submit": me.get("submit"), "start": me["start"], "end": me["end"],
+        "elapsed_s": me.get("elapsed_s"), "state": me["state"], "node_list": nodes, **place,
+        "software": meta.get("software"), "container": meta.get("container"),
+        "raw_dir": str(run_dir.relative_to(run_dir.parents[1])),
+    }
+    if meta.get("kind") == "microbenchmark":
+        # No time steps: the run's time is the job's, its data every timed operation.
+        latency, histograms = _microbenchmark_tables(run_dir, run_id)
+        run.update(total_time_s=float((me["end"] - me["start"]).total_seconds()), num_steps=0)
+        empty = pd.DataFrame()
+        return RunData(run, empty, empty, empty, neigh, my_routers, latency, histograms)
     out = apps.read(run_dir / "stdout.txt")
     steps = out.steps.copy()
     if steps.empty:
@@ -186,17 +260,7 @@ def collate_run(run_dir: Path, system: SystemInfo, topo: Topology, meta: dict) -
         mpi = pd.DataFrame({"run_id": run_id, "routine": r["routine"], "time_s": r["time_s"],
                             "calls": r["count"] if "count" in r else None, "mpi_pct": r["mpi_pct"],
                             "app_time_s": rep.app_time_s, "mpi_time_s": rep.mpi_time_s, "ntasks": rep.ntasks})
-    my_routers, my_groups = topo.routers_of(nodes), topo.groups_of(nodes)
-    neigh = neighbourhood(jobs, me, topo, my_routers, my_groups, me["end"]).assign(run_id=run_id)
-    run = {
-        "run_id": run_id, "system": system.name, "app": meta["app"], "dataset": meta["dataset"],
-        "input": meta.get("input"), "num_nodes": int(meta["num_nodes"]), "job_id": str(me["job_id"]),
-        "user": me.get("user"), "submit": me.get("submit"), "start": me["start"], "end": me["end"],
-        "total_time_s": float(steps["duration_s"].sum()), "elapsed_s": me.get("elapsed_s"),
-        "num_steps": len(steps), "state": me["state"], "node_list": nodes, **place,
-        "software": meta.get("software"), "container": meta.get("container"),
-        "raw_dir": str(run_dir.relative_to(run_dir.parents[1])),
-    }
+    run.update(total_time_s=float(steps["duration_s"].sum()), num_steps=len(steps))
     return RunData(run, steps, step_counters, mpi, neigh, my_routers)
 
 
@@ -350,13 +414,12 @@ def collate(raw: str | Path, out: str | Path, pseudonymise: Pseudonymiser) -> Co
         runs["user"] = pseudonymise.series(runs["user"])
         neigh = pd.concat([rd.neighbourhood for rd in collected], ignore_index=True)
         neigh["user"] = pseudonymise.series(neigh["user"])
-        tables = {
-            "runs": runs,
-            "steps": pd.concat([rd.steps for rd in collected], ignore_index=True),
-            "step_counters": pd.concat([rd.step_counters for rd in collected], ignore_index=True),
-            "mpi_profile": pd.concat([rd.mpi_profile for rd in collected], ignore_index=True),
-            "neighbourhood": neigh,
-        }
+        tables = {"runs": runs, "neighbourhood": neigh}
+        for name in ("steps", "step_counters", "mpi_profile", "latency", "latency_histograms"):
+            # Microbenchmark runs have no steps, application runs no latency samples.
+            parts = [getattr(rd, name) for rd in collected if getattr(rd, name) is not None and len(getattr(rd, name))]
+            if parts:
+                tables[name] = pd.concat(parts, ignore_index=True)
         if not sysc.empty:
             tables["system_counters"] = sysc
         ds.append(tables, origin=str(raw))

@@ -147,7 +147,45 @@ NEIGHBOURHOOD = Table(
     ),
 )
 
-TABLES: dict[str, Table] = {t.name: t for t in (RUNS, STEPS, STEP_COUNTERS, SYSTEM_COUNTERS, MPI_PROFILE, NEIGHBOURHOOD)}
+LATENCY = Table(
+    "latency",
+    "Every timed operation of the MPI microbenchmarks (reframe_tests/microbenchmarks): the raw "
+    "samples latency distributions and regression checks are computed from.",
+    ("run_id", "benchmark", "operation", "size_bytes", "pair", "cycle", "iteration"),
+    (
+        _c("run_id", pa.string(), "Run identifier.", False),
+        _c("benchmark", pa.string(), "`collectives`, `overtime` or `confidence`.", False),
+        _c("operation", pa.string(), "bcast, reduce, alltoall, allreduce (collectives); latency, bandwidth, "
+                                     "allreduce (overtime phases); pairwise_min (confidence).", False),
+        _c("size_bytes", pa.int64(), "Message size in bytes (1 for confidence).", False),
+        _c("pair", pa.string(), "`<rank a>-<rank b>` for confidence pairs; empty otherwise.", False),
+        _c("cycle", pa.int32(), "Overtime/confidence cycle (0 for collectives).", False),
+        _c("iteration", pa.int32(), "0-based timed iteration within the cycle (0 for a pair's cycle minimum).",
+           False),
+        _c("value_us", pa.float64(), "The slowest rank's time for the operation (collectives, overtime) or the "
+                                     "pair's minimum pairwise latency in the cycle (confidence), microseconds.",
+           False),
+    ),
+)
+
+LATENCY_HISTOGRAMS = Table(
+    "latency_histograms",
+    "Confidence's log-binned histograms (bin widths S, e^{S*i} - 1): pairwise and one-sided "
+    "latencies per rank pair, per-cycle minima, and the timer-cost calibration.",
+    ("run_id", "kind", "pair", "bin"),
+    (
+        _c("run_id", pa.string(), "Run identifier.", False),
+        _c("kind", pa.string(), "`timer`, `onesided`, `pairwise` or `minima`.", False),
+        _c("pair", pa.string(), "`<rank a>-<rank b>`; the rank for the timer histogram.", False),
+        _c("bin", pa.int32(), "Bin index.", False),
+        _c("lower_us", pa.float64(), "Bin lower edge, microseconds.", False),
+        _c("upper_us", pa.float64(), "Bin upper edge (inf for the last bin), microseconds.", False),
+        _c("count", pa.int64(), "Samples in the bin.", False),
+    ),
+)
+
+TABLES: dict[str, Table] = {t.name: t for t in (RUNS, STEPS, STEP_COUNTERS, SYSTEM_COUNTERS, MPI_PROFILE, NEIGHBOURHOOD,
+                                                LATENCY, LATENCY_HISTOGRAMS)}
 
 
 class SchemaError(ValueError):

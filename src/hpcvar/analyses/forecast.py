@@ -721,6 +721,8 @@ def plan(runs: pd.DataFrame, cfg: dict) -> tuple[list[str], dict[str, str], list
             notes.append(f"{name}: not in the dataset")
         elif name in longs:
             notes.append(f"{name}: long-run test data, forecast with a model trained on {_key_of(pairs, name)}")
+        elif per.loc[name, "steps"] == 0:
+            notes.append(f"{name}: no time steps (microbenchmark runs), nothing to forecast")
         elif per.loc[name, "n"] < 2:
             notes.append(f"{name}: {per.loc[name, 'n']} run; cross-validation by run needs at least 2")
         else:

@@ -85,6 +85,7 @@ def plot_top_users(table: pd.DataFrame, dataset: str, top_k: int, path: Path) ->
 def run(dataset_dir: str | Path, out_dir: str | Path, config: dict | None = None) -> dict:
     cfg = {**DEFAULTS, **(config or {})}
     out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
     data = load(dataset_dir, tables=("runs", "neighbourhood"))
     runs, neigh = data["runs"], data["neighbourhood"]
     tables, summary = {}, {"analysis": "neighbourhood", "params": cfg, "datasets": {}}

@@ -121,6 +121,15 @@ class Builder:
         p = self.analyses_dir / analysis / "summary.json"
         return json.loads(p.read_text()) if p.is_file() else None
 
+    @staticmethod
+    def no_analysis(analysis: str, summary: dict | None) -> str:
+        if summary is None:
+            return f"No {analysis} analysis summary (run `hpcvar {analysis}`)."
+        why = " ".join(summary.get("notes") or [])
+        need = summary.get("params", {}).get("min_runs")
+        return (f"No data: the {analysis} analysis found no dataset it could analyse"
+                + (f" (it needs {need} runs or more per dataset)" if need else "") + (f". {why}" if why else "."))
+
     def user(self, name):
         return self.pseudo.ensure(name) if self.pseudo else name
 
@@ -208,8 +217,8 @@ class Builder:
 
         s = self.summary("neighbourhood")
         sec = Section("neighbourhood", "Neighbourhood: who was running when we were slow")
-        if not s:
-            sec.empty = "No neighbourhood analysis summary (run `hpcvar neighbourhood`)."
+        if not s or not s["datasets"]:
+            sec.empty = self.no_analysis("neighbourhood", s)
             return sec
         thr = s["params"]["threshold_nodes"]
         parts, leaders = [], []
@@ -256,8 +265,8 @@ class Builder:
     def deviation(self) -> Section:
         s = self.summary("deviation")
         sec = Section("deviation", "Deviation: which counters explain the spread")
-        if not s:
-            sec.empty = "No deviation analysis summary (run `hpcvar deviation`)."
+        if not s or not s["datasets"]:
+            sec.empty = self.no_analysis("deviation", s)
             return sec
         base = self.analyses_dir / "deviation"
         rows, parts = [], []
@@ -288,8 +297,8 @@ class Builder:
     def forecast(self) -> Section:
         s = self.summary("forecast")
         sec = Section("forecast", "Forecasting: the next k steps from the last m")
-        if not s:
-            sec.empty = "No forecasting summary (run `hpcvar forecast`)."
+        if not s or not s["datasets"]:
+            sec.empty = self.no_analysis("forecast", s)
             return sec
         base = self.analyses_dir / "forecast"
         rows, parts = [], []
@@ -356,9 +365,27 @@ class Builder:
             "signals means the slowdown came from other jobs' traffic, not from the job's own spread."), parts)
 
     def distributions(self) -> Section:
-        return Section("distributions", "Latency distributions and regression checks",
-                       empty=("No data: this campaign has no microbenchmark per-iteration latencies and no "
-                              "`hpcvar compare` verdicts. The section fills in when the dataset has them."))
+        sec = Section("distributions", "Latency distributions and regression checks")
+        latency = self.ds.read("latency")
+        if latency.empty:
+            sec.empty = ("No data: this campaign has no microbenchmark per-iteration latencies and no "
+                         "`hpcvar compare` verdicts. The section fills in when the dataset has them.")
+            return sec
+        for bench in sorted(latency["benchmark"].unique()):
+            path, stats = F.latency_ecdf(latency, bench, self.path("distributions", bench, "ecdf"))
+            worst = stats.assign(tail=stats["p99_us"] / stats["median_us"]).sort_values("tail").iloc[-1]
+            runs = latency.loc[latency["benchmark"] == bench, "run_id"].nunique()
+            sec.parts.append(Part(bench, figures=[self.figure("distributions", bench, "ecdf",
+                                                              "Distribution of every timed operation", path)],
+                                  tables=[Table("Per operation and size, over all runs", stats,
+                                                {"median_us": "{:.3f}", "p99_us": "{:.3f}", "max_us": "{:.3f}"})],
+                                  reading=(f"{len(latency[latency['benchmark'] == bench]):,} timed operations from "
+                                           f"{runs} runs. The longest tail relative to the median is {worst['operation']} "
+                                           f"at {worst['size_bytes']} B: the 99th percentile is "
+                                           f"{worst['tail']:.1f}x the median.")))
+        sec.reading = ("Every timed operation of the MPI microbenchmarks, not only averages: a shift of the "
+                       "whole curve is a slower network, a longer upper tail is interference.")
+        return sec
 
     def provenance(self, config_text: str | None) -> dict:
         versions = {}

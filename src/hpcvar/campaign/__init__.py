@@ -1,0 +1,1 @@
+"""Running a campaign: turning what the ReFrame suite wrote into the raw campaign layout."""

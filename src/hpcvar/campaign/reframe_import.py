@@ -1,0 +1,174 @@
+"""ReFrame run reports -> the raw campaign layout (docs/raw-layout.md) that ``hpcvar collate`` reads.
+
+Every test case of the suite that carries a ``dataset`` (the campaign's run tests, not fixtures)
+becomes one immutable run directory ``runs/<run_id>/``: its files copied from ReFrame's output
+directory, then ``manifest.json`` (checksums, job, provenance) written last. A run directory
+that already has a manifest is never touched again, so importing the same report twice, or a
+report of a later round, only adds what is new.
+
+* run id: ``<system>-<job id>`` for batch jobs (Slurm ids are unique); ``<system>-<session>-<pid>``
+  for ReFrame's local scheduler, whose job ids are process ids.
+* applications: ``app.out`` (output timestamped by ``ts``) becomes ``stdout.txt``; the node
+  samplers' files are kept and their changes over each time step written to ``counters.csv``;
+  mpiP reports are kept.
+* microbenchmarks: their CSV files are kept (collate reads them into ``latency`` and
+  ``latency_histograms``), with the job's stdout as ``stdout.txt``.
+* job: for the local scheduler the manifest carries the job itself (nodes, start, end, state,
+  user from the report); runs on Slurm need ``sacct.txt`` of their window beside them, which the
+  campaign's collection step adds before collate reads the run.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import yaml
+
+from hpcvar.parsers import node_counters
+from hpcvar.parsers.errors import ParseError
+from hpcvar.simulate import sha256
+
+MICROBENCHMARKS = {"hpcvar-collectives": "collectives", "hpcvar-overtime": "overtime",
+                   "hpcvar-confidence": "confidence"}
+
+
+@dataclass
+class ImportResult:
+    imported: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)     # run directory already complete
+    ignored: list[str] = field(default_factory=list)     # fixtures, tests without a dataset, never ran
+
+
+def _iso(epoch: float | None) -> str | None:
+    return None if epoch is None else datetime.fromtimestamp(float(epoch), tz=timezone.utc).isoformat()
+
+
+def run_id_of(case: dict, session: str) -> str:
+    if case.get("scheduler") == "local":
+        return f"{case['system']}-{session[:8]}-{case['jobid']}"
+    return f"{case['system']}-{case['jobid']}"
+
+
+def _job(case: dict, session_user: str | None, outdir: Path) -> dict:
+    """Job facts from the report; the start is the first timestamp the job's files record."""
+    start = case.get("job_submit_time")
+    for f in outdir.glob("*.csv"):
+        with open(f) as fh:
+            for line in fh:
+                if not line.startswith("#"):
+                    break
+                if line.startswith("# start_epoch="):
+                    start = min(start or float("inf"), float(line.split("=", 1)[1]))
+    state = "COMPLETED" if case.get("job_exitcode") == 0 and case.get("fail_phase") != "run" else "FAILED"
+    return {"scheduler": case.get("scheduler"), "node_list": list(case.get("job_nodelist") or []),
+            "submit": _iso(case.get("job_submit_time")), "start": _iso(start),
+            "end": _iso(case.get("job_completion_time_unix")), "exitcode": case.get("job_exitcode"),
+            "state": state, "user": session_user}
+
+
+def _copy(src: Path, dst: Path) -> None:
+    tmp = dst.with_name(f".{dst.name}.tmp")
+    shutil.copyfile(src, tmp)
+    tmp.replace(dst)
+
+
+def import_case(case: dict, session: dict, raw: Path) -> str | None:
+    """One test case -> ``runs/<run_id>/``; returns the run id, or None when already imported."""
+    run_id = run_id_of(case, session["uuid"])
+    run_dir = raw / "runs" / run_id
+    if (run_dir / "manifest.json").exists():
+        return None
+    outdir = Path(case["outputdir"])
+    if not outdir.is_dir():
+        raise ParseError(outdir, f"output directory of {case['display_name']} (job {case['jobid']}) not found; "
+                                 "run ReFrame with its default output handling (keep_files)")
+    if run_dir.exists():
+        shutil.rmtree(run_dir)  # a previous import stopped half-way: no manifest, nothing collated
+    run_dir.mkdir(parents=True)
+    program = Path(case.get("program") or case.get("executable") or "").name
+    kind = "microbenchmark" if program in MICROBENCHMARKS else "app"
+    files, notes = [], []
+    for f in sorted(outdir.iterdir()):
+        if f.suffix == ".csv" or f.name.endswith(".mpiP"):
+            _copy(f, run_dir / f.name)
+            files.append(f.name)
+    stdout = outdir / ("app.out" if kind == "app" else case.get("job_stdout") or "rfm_job.out")
+    if not stdout.exists():
+        raise ParseError(stdout, f"job output of {case['display_name']} not kept in the output directory")
+    _copy(stdout, run_dir / "stdout.txt")
+    files.append("stdout.txt")
+    samples = sorted(run_dir.glob("node-counters-*.csv"))
+    if kind == "app" and samples:
+        from hpcvar.parsers import apps
+
+        steps = apps.read(run_dir / "stdout.txt").steps
+        table = node_counters.step_deltas([node_counters.read(p) for p in samples], steps)
+        try:
+            node_counters.write_step_counters(run_dir / "counters.csv", table)
+            files.append("counters.csv")
+        except ValueError as exc:  # samples do not cover every step: the run stays, without counters
+            (run_dir / "counters.csv").unlink(missing_ok=True)
+            notes.append(f"counters.csv not written: {exc}")
+    app = MICROBENCHMARKS.get(program) or str(case.get("app_name") or program)
+    manifest = {
+        "run_id": run_id, "app": app, "dataset": case["dataset"], "kind": kind,
+        "input": " ".join(map(str, case.get("executable_opts") or [])),
+        "num_nodes": int(case.get("num_nodes") or len(case.get("job_nodelist") or []) or 1),
+        "job_id": str(case["jobid"]), "software": case.get("software") or None,
+        "container": case.get("container") or None,
+        "test": case["display_name"], "system": case["system"], "partition": case["partition"],
+        "environ": case["environ"], "session": session["uuid"], "result": case["result"],
+        "job": _job(case, session.get("user"), outdir),
+        "files": {name: sha256(run_dir / name) for name in files}, "notes": notes,
+    }
+    tmp = run_dir / ".manifest.json.tmp"
+    tmp.write_text(json.dumps(manifest, indent=1))
+    tmp.replace(run_dir / "manifest.json")  # last: the run is complete
+    return run_id
+
+
+def _ensure_system(raw: Path, system: str, nodes: set[str], topology: Path | None) -> None:
+    """system.yaml and a topology for the raw directory. Without a site map (``--topology``),
+    nodes are recorded flat: each its own router, all in one group (no network structure known)."""
+    raw.mkdir(parents=True, exist_ok=True)
+    sysfile = raw / "system.yaml"
+    if not sysfile.exists():
+        topo_name = topology.name if topology else "topology.csv"
+        sysfile.write_text(yaml.safe_dump({"system": system, "timezone": "UTC", "topology": topo_name}))
+    doc = yaml.safe_load(sysfile.read_text())
+    if topology:
+        if not (raw / topology.name).exists():
+            shutil.copyfile(topology, raw / topology.name)
+        return
+    path = raw / doc["topology"]
+    known = set()
+    if path.exists():
+        known = {line.split(",", 1)[0] for line in path.read_text().splitlines()[1:] if line.strip()}
+    new = sorted(nodes - known)
+    if new:
+        text = path.read_text() if path.exists() else "node,router,group\n"
+        path.write_text(text + "".join(f"{n},{n},flat\n" for n in new))
+
+
+def import_reports(reports: list[str | Path], raw: str | Path, topology: str | Path | None = None) -> ImportResult:
+    raw, result = Path(raw), ImportResult()
+    for report in map(Path, reports):
+        try:
+            doc = json.loads(report.read_text())
+            session, runs = doc["session_info"], doc["runs"]
+        except (json.JSONDecodeError, KeyError) as exc:
+            raise ParseError(report, f"not a ReFrame JSON run report ({exc})") from exc
+        cases = [c for run in runs[-1:] for c in run["testcases"]]  # the last run: after --max-retries
+        for case in cases:
+            if case.get("fixture") or not case.get("dataset") or not case.get("jobid"):
+                result.ignored.append(case.get("display_name", "?"))
+                continue
+            _ensure_system(raw, case["system"], set(case.get("job_nodelist") or []),
+                           Path(topology) if topology else None)
+            run_id = import_case(case, session, raw)
+            (result.imported if run_id else result.skipped).append(run_id or run_id_of(case, session["uuid"]))
+    return result
