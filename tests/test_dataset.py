@@ -25,7 +25,7 @@ COUNTERS = ("RT_RB_STL", "PT_FLIT_TOT")
 
 def _round(*job_ids: int, system: str = "cori") -> dict[str, pd.DataFrame]:
     """One collation round of two-step MILC runs with every table filled."""
-    runs, steps, sc, sysc, mpi, neigh = [], [], [], [], [], []
+    runs, steps, sc, sysc, mpi, neigh, lat, hist = [], [], [], [], [], [], [], []
     for k, job in enumerate(job_ids):
         rid = f"{system}-{job}"
         start = T0 + pd.Timedelta(hours=k)
@@ -50,8 +50,12 @@ def _round(*job_ids: int, system: str = "cori") -> dict[str, pd.DataFrame]:
                      mpi_time_s=5.0, ntasks=64)]
         neigh.append(dict(run_id=rid, job_id=str(job + 1000), user="user-ffff000011", num_nodes=128,
                           overlap_s=30.0, shared_groups=1, shared_routers=0))
+        lat += [dict(run_id=rid, benchmark="collectives", operation="allreduce", size_bytes=8, pair="", cycle=0,
+                     iteration=i, value_us=1.5 + i) for i in range(2)]
+        hist += [dict(run_id=rid, kind="timer", pair="0", bin=b, lower_us=0.05 * b, upper_us=0.05 * (b + 1),
+                      count=10 - b) for b in range(2)]
     frames = dict(runs=runs, steps=steps, step_counters=sc, system_counters=sysc, mpi_profile=mpi,
-                  neighbourhood=neigh)
+                  neighbourhood=neigh, latency=lat, latency_histograms=hist)
     return {name: pd.DataFrame(rows) for name, rows in frames.items()}
 
 
