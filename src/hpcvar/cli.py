@@ -153,6 +153,12 @@ def cmd_schema(a) -> int:
     return 0
 
 
+def cmd_dev(a) -> int:
+    from hpcvar.dev import slurm
+
+    return slurm.command(a)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hpcvar", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -237,6 +243,22 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("schema", help="print the dataset schema as Markdown")
     s.add_argument("--markdown", action="store_true", help="(the only format; accepted for clarity)")
     s.set_defaults(func=cmd_schema)
+
+    s = sub.add_parser("dev", help="developer tools (a local single-node Slurm cluster)")
+    dev = s.add_subparsers(dest="dev_cmd", required=True)
+    s = dev.add_parser("slurm", help="start, stop or show a single-node Slurm cluster with accounting (as root)",
+                       description="A real Slurm cluster on this host from Debian's packages: munged, MariaDB, "
+                                   "slurmdbd, slurmctld, slurmd; state in $HPCVAR_SLURM_DIR "
+                                   "(default /var/tmp/hpcvar-slurm). See docs/slurm-dev-cluster.md.")
+    s.add_argument("action", choices=["up", "down", "status"])
+    s.add_argument("--dir", help="state directory (default $HPCVAR_SLURM_DIR or /var/tmp/hpcvar-slurm)")
+    s.add_argument("--extra-user", default="hpcvar-aggressor",
+                   help="second, unprivileged Unix user to create and register (up; default hpcvar-aggressor)")
+    s.add_argument("--link-etc", action="store_true",
+                   help="also symlink /etc/slurm/slurm.conf to the generated one (up; removed by down)")
+    s.add_argument("--timeout", type=float, default=60, help="seconds to wait for each daemon (up; default 60)")
+    s.add_argument("--purge", action="store_true", help="also remove the state directory (down)")
+    s.set_defaults(func=cmd_dev)
     return p
 
 

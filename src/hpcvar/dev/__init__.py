@@ -1,0 +1,1 @@
+"""Developer tools: a real single-node Slurm cluster with accounting (``hpcvar dev slurm``)."""
