@@ -172,6 +172,45 @@ def test_jobs_of_two_users_completed_in_sacct(cluster, timeout_job, tmp_path):
     assert set(df.loc[df["step"].notna(), "step"]) >= {"batch"}
 
 
+def test_reframe_runs_here_and_collate_sees_the_other_users_job(cluster, timeout_job, tmp_path, monkeypatch):
+    """The suite on this cluster (`--system local-slurm`: ReFrame submits with sbatch, launches with
+    srun --mpi=pmix) while another user's job runs; import-reframe collects sacct of the job's
+    window, and collate puts that job, with its user's pseudonym, in the run's neighbourhood."""
+    from hpcvar.anonymise import Pseudonymiser
+    from hpcvar.campaign.reframe_import import import_reports
+    from hpcvar.collate import collate
+    from hpcvar.dataset import Dataset
+
+    repo = Path(__file__).resolve().parents[1]
+    aggressor = cluster.sbatch("-n", "2", "--job-name=aggressor", "--wrap", "sleep 120", user=EXTRA_USER)
+    cluster.wait(aggressor, until={"RUNNING"})
+    try:
+        env = {**cluster.env, "HPCVAR_RFM_PREFIX": str(tmp_path / "rfm")}
+        proc = subprocess.run([str(Path(sys.executable).with_name("reframe")), "-C", "config/reframe/settings.py",
+                               "-c", "reframe_tests/microbenchmarks", "--system", "local-slurm", "-n", "Collectives",
+                               "-S", "Collectives.iterations=20000", "-r"],
+                              cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stdout[-3000:]
+        for key in ("SLURM_CONF", "PATH"):
+            monkeypatch.setenv(key, cluster.env[key])
+        result = import_reports(sorted((tmp_path / "rfm" / "reports").glob("*.json")), tmp_path / "raw")
+        assert len(result.imported) == 1 and not result.errors
+        (run_id,) = result.imported
+        assert (tmp_path / "raw" / "runs" / run_id / "sacct.txt").exists()
+        salt = b"slurm-test"
+        assert collate(tmp_path / "raw", tmp_path / "dataset", Pseudonymiser(salt)).new_runs == [run_id]
+    finally:
+        cluster.run("scancel", aggressor)
+    ds = Dataset(tmp_path / "dataset")
+    run = ds.read("runs").iloc[0]
+    assert run["state"] == "COMPLETED" and run["app"] == "collectives" and run["node_list"] == [cluster.node]
+    neigh = ds.read("neighbourhood")
+    other = neigh[neigh["job_id"] == aggressor]
+    assert len(other) == 1 and other["overlap_s"].iloc[0] > 0
+    assert other["user"].iloc[0] == Pseudonymiser(salt)(EXTRA_USER) != run["user"]
+    assert len(ds.read("latency")) == 4 * 3 * 20000
+
+
 def test_time_limit_ends_timeout(cluster, timeout_job, tmp_path):
     # limit 1 min; slurmctld checks limits every 30 s, then KillWait=2 s
     assert cluster.wait(timeout_job, timeout=150)[timeout_job] == "TIMEOUT"

@@ -86,7 +86,8 @@ site_configuration = {
                     "features": ["mpi", "slurm", "local"],
                     "max_jobs": 2,
                     "processor": {"num_cpus": os.cpu_count()},
-                    "env_vars": OPENMPI_LOCAL,
+                    # Debian's OpenMPI wires up through Slurm's PMIx plugin.
+                    "env_vars": [*OPENMPI_LOCAL, ["SLURM_MPI_TYPE", "pmix"]],
                     "time_limit": "10m",
                 }
             ],

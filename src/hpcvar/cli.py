@@ -129,7 +129,9 @@ def cmd_import_reframe(a) -> int:
         return 2
     print(f"imported {len(r.imported)} runs into {a.raw}/runs ({len(r.skipped)} already there, "
           f"{len(r.ignored)} test cases without a dataset or a job: fixtures, builds)")
-    return 0
+    for e in r.errors:
+        print(f"  not imported (retried next time): {e['run_id']}: {e['file']}: {e['error']}", file=sys.stderr)
+    return 1 if r.errors else 0
 
 
 def cmd_sample(a) -> int:

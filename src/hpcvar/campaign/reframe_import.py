@@ -14,14 +14,17 @@ report of a later round, only adds what is new.
 * microbenchmarks: their CSV files are kept (collate reads them into ``latency`` and
   ``latency_histograms``), with the job's stdout as ``stdout.txt``.
 * job: for the local scheduler the manifest carries the job itself (nodes, start, end, state,
-  user from the report); runs on Slurm need ``sacct.txt`` of their window beside them, which the
-  campaign's collection step adds before collate reads the run.
+  user from the report); for Slurm runs ``sacct.txt`` is collected (``collect_sacct``): every
+  user's jobs that ran during the job's window, so collate finds the job's own state and its
+  neighbourhood.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -32,6 +35,9 @@ from hpcvar.parsers import node_counters
 from hpcvar.parsers.errors import ParseError
 from hpcvar.simulate import sha256
 
+#: sacct fields written to sacct.txt (collate needs User, Submit, Start, End, State, NNodes, NodeList).
+SACCT_FORMAT = "JobID,JobName,User,Account,Partition,Submit,Start,End,Elapsed,Timelimit,State,ExitCode,NNodes,NodeList"
+
 MICROBENCHMARKS = {"hpcvar-collectives": "collectives", "hpcvar-overtime": "overtime",
                    "hpcvar-confidence": "confidence"}
 
@@ -41,6 +47,7 @@ class ImportResult:
     imported: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)     # run directory already complete
     ignored: list[str] = field(default_factory=list)     # fixtures, tests without a dataset, never ran
+    errors: list[dict] = field(default_factory=list)     # not imported this time (retried next time)
 
 
 def _iso(epoch: float | None) -> str | None:
@@ -70,13 +77,37 @@ def _job(case: dict, session_user: str | None, outdir: Path) -> dict:
             "state": state, "user": session_user}
 
 
+def collect_sacct(case: dict, dst: Path, sacct: str = "sacct") -> None:
+    """``sacct --allusers`` of the job's window (submit to completion) into ``dst``: the job itself
+    and every allocation that overlapped it. Times as sacct prints them (the cluster's local
+    time; system.yaml's ``timezone`` converts them)."""
+    def fmt(epoch):
+        return datetime.fromtimestamp(float(epoch)).strftime("%Y-%m-%dT%H:%M:%S")
+
+    start, end = case.get("job_submit_time"), case.get("job_completion_time_unix")
+    if start is None or end is None:
+        raise ParseError(dst, f"job {case['jobid']} has no submit/completion time in the report: no window for sacct")
+    cmd = [sacct, "--allusers", "--parsable2", f"--format={SACCT_FORMAT}", "-S", fmt(start), "-E", fmt(float(end) + 1)]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    except FileNotFoundError as exc:
+        raise ParseError(dst, f"{sacct} not found: Slurm runs need sacct on the machine that imports them") from exc
+    if out.returncode != 0:
+        raise ParseError(dst, f"{' '.join(cmd)} failed: {out.stderr.strip()[:300]}")
+    if f"\n{case['jobid']}|" not in "\n" + out.stdout:
+        raise ParseError(dst, f"sacct does not list job {case['jobid']} (accounting lag or another cluster?)")
+    tmp = dst.with_name(f".{dst.name}.tmp")
+    tmp.write_text(out.stdout)
+    tmp.replace(dst)
+
+
 def _copy(src: Path, dst: Path) -> None:
     tmp = dst.with_name(f".{dst.name}.tmp")
     shutil.copyfile(src, tmp)
     tmp.replace(dst)
 
 
-def import_case(case: dict, session: dict, raw: Path) -> str | None:
+def import_case(case: dict, session: dict, raw: Path, sacct: str = "sacct") -> str | None:
     """One test case -> ``runs/<run_id>/``; returns the run id, or None when already imported."""
     run_id = run_id_of(case, session["uuid"])
     run_dir = raw / "runs" / run_id
@@ -101,6 +132,9 @@ def import_case(case: dict, session: dict, raw: Path) -> str | None:
         raise ParseError(stdout, f"job output of {case['display_name']} not kept in the output directory")
     _copy(stdout, run_dir / "stdout.txt")
     files.append("stdout.txt")
+    if case.get("scheduler") != "local":
+        collect_sacct(case, run_dir / "sacct.txt", sacct)
+        files.append("sacct.txt")
     samples = sorted(run_dir.glob("node-counters-*.csv"))
     if kind == "app" and samples:
         from hpcvar.parsers import apps
@@ -131,6 +165,19 @@ def import_case(case: dict, session: dict, raw: Path) -> str | None:
     return run_id
 
 
+def _local_timezone() -> str:
+    tz = os.environ.get("TZ", "").lstrip(":")
+    if tz:
+        return tz
+    etc = Path("/etc/timezone")
+    if etc.exists() and etc.read_text().strip():
+        return etc.read_text().strip()
+    link = Path("/etc/localtime")
+    if link.is_symlink() and "zoneinfo/" in os.readlink(link):
+        return os.readlink(link).split("zoneinfo/", 1)[1]
+    return "UTC"
+
+
 def _ensure_system(raw: Path, system: str, nodes: set[str], topology: Path | None) -> None:
     """system.yaml and a topology for the raw directory. Without a site map (``--topology``),
     nodes are recorded flat: each its own router, all in one group (no network structure known)."""
@@ -138,7 +185,8 @@ def _ensure_system(raw: Path, system: str, nodes: set[str], topology: Path | Non
     sysfile = raw / "system.yaml"
     if not sysfile.exists():
         topo_name = topology.name if topology else "topology.csv"
-        sysfile.write_text(yaml.safe_dump({"system": system, "timezone": "UTC", "topology": topo_name}))
+        # sacct prints the cluster's local time: the importing (login) node's zone.
+        sysfile.write_text(yaml.safe_dump({"system": system, "timezone": _local_timezone(), "topology": topo_name}))
     doc = yaml.safe_load(sysfile.read_text())
     if topology:
         if not (raw / topology.name).exists():
@@ -154,7 +202,8 @@ def _ensure_system(raw: Path, system: str, nodes: set[str], topology: Path | Non
         path.write_text(text + "".join(f"{n},{n},flat\n" for n in new))
 
 
-def import_reports(reports: list[str | Path], raw: str | Path, topology: str | Path | None = None) -> ImportResult:
+def import_reports(reports: list[str | Path], raw: str | Path, topology: str | Path | None = None,
+                   sacct: str = "sacct") -> ImportResult:
     raw, result = Path(raw), ImportResult()
     for report in map(Path, reports):
         try:
@@ -169,6 +218,11 @@ def import_reports(reports: list[str | Path], raw: str | Path, topology: str | P
                 continue
             _ensure_system(raw, case["system"], set(case.get("job_nodelist") or []),
                            Path(topology) if topology else None)
-            run_id = import_case(case, session, raw)
+            try:
+                run_id = import_case(case, session, raw, sacct)
+            except ParseError as exc:
+                # The directory stays without a manifest (collate skips it); the next import retries.
+                result.errors.append({**exc.as_dict(), "run_id": run_id_of(case, session["uuid"])})
+                continue
             (result.imported if run_id else result.skipped).append(run_id or run_id_of(case, session["uuid"]))
     return result

@@ -382,7 +382,9 @@ SlurmctldTimeout=60
 SlurmdTimeout=60
 MailProg=/bin/true
 NodeName={node} NodeAddr=127.0.0.1 {hw} State=UNKNOWN
-PartitionName={PARTITION} Nodes={node} Default=YES MaxTime=INFINITE State=UP
+# Up to two jobs share each core: on one small node a campaign's job and another user's job must
+# be able to run at the same time, as on a busy production machine.
+PartitionName={PARTITION} Nodes={node} Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:2
 """
 
 
