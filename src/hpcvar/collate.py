@@ -208,10 +208,14 @@ def collate_run(run_dir: Path, system: SystemInfo, topo: Topology, meta: dict) -
         me = _our_job(jobs, meta["job_id"], sacct_path)
     else:
         jobs, me = None, _job_from_manifest(run_dir, meta)
-    if me["state"] != "COMPLETED":
-        return {"run_id": run_id, "dataset": meta["dataset"], "job_id": str(meta["job_id"]),
-                "state": me["state"], "file": str(sacct_path if jobs is not None else run_dir / "manifest.json"),
-                "kind": "failed-run", "start": _iso(me.get("start")), "end": _iso(me.get("end"))}
+    if me["state"] != "COMPLETED" or meta.get("result") == "fail":
+        # A job Slurm completed but ReFrame failed (wrong answer, missing output) is not data either.
+        failure = {"run_id": run_id, "dataset": meta["dataset"], "job_id": str(meta["job_id"]),
+                   "state": me["state"], "file": str(sacct_path if jobs is not None else run_dir / "manifest.json"),
+                   "kind": "failed-run", "start": _iso(me.get("start")), "end": _iso(me.get("end"))}
+        if meta.get("result") == "fail":
+            failure["reframe"] = f"{meta.get('fail_phase')} failed"
+        return failure
     nodes = list(me["node_list"])
     unknown = topo.unknown_nodes(nodes)
     if unknown:

@@ -25,6 +25,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -77,7 +78,11 @@ def _job(case: dict, session_user: str | None, outdir: Path) -> dict:
             "state": state, "user": session_user}
 
 
-def collect_sacct(case: dict, dst: Path, sacct: str = "sacct") -> None:
+#: sacct states of a job that has not ended (as far as accounting knows yet).
+UNFINISHED = {"PENDING", "RUNNING", "REQUEUED", "RESIZING", "SUSPENDED", "COMPLETING", "CONFIGURING"}
+
+
+def collect_sacct(case: dict, dst: Path, sacct: str = "sacct", wait_s: float = 60) -> None:
     """``sacct --allusers`` of the job's window (submit to completion) into ``dst``: the job itself
     and every allocation that overlapped it. Times as sacct prints them (the cluster's local
     time; system.yaml's ``timezone`` converts them)."""
@@ -88,17 +93,38 @@ def collect_sacct(case: dict, dst: Path, sacct: str = "sacct") -> None:
     if start is None or end is None:
         raise ParseError(dst, f"job {case['jobid']} has no submit/completion time in the report: no window for sacct")
     cmd = [sacct, "--allusers", "--parsable2", f"--format={SACCT_FORMAT}", "-S", fmt(start), "-E", fmt(float(end) + 1)]
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    except FileNotFoundError as exc:
-        raise ParseError(dst, f"{sacct} not found: Slurm runs need sacct on the machine that imports them") from exc
-    if out.returncode != 0:
-        raise ParseError(dst, f"{' '.join(cmd)} failed: {out.stderr.strip()[:300]}")
-    if f"\n{case['jobid']}|" not in "\n" + out.stdout:
-        raise ParseError(dst, f"sacct does not list job {case['jobid']} (accounting lag or another cluster?)")
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        except FileNotFoundError as exc:
+            raise ParseError(dst, f"{sacct} not found: Slurm runs need sacct on the machine that imports them") from exc
+        if out.returncode != 0:
+            raise ParseError(dst, f"{' '.join(cmd)} failed: {out.stderr.strip()[:300]}")
+        state = _job_state(out.stdout, str(case["jobid"]))
+        if state is not None and state not in UNFINISHED:
+            break
+        # slurmdbd records a job's end shortly after it: wait for it rather than record it running.
+        if time.monotonic() > deadline:
+            raise ParseError(dst, f"sacct lists job {case['jobid']} as {state or 'missing'} {wait_s:.0f} s after "
+                                  "ReFrame saw it end (accounting lag, or another cluster?)")
+        time.sleep(2)
     tmp = dst.with_name(f".{dst.name}.tmp")
     tmp.write_text(out.stdout)
     tmp.replace(dst)
+
+
+def _job_state(text: str, job_id: str) -> str | None:
+    """The allocation's State in ``sacct --parsable2`` output, or None when the job is not listed."""
+    lines = text.splitlines()
+    if not lines:
+        return None
+    header = lines[0].split("|")
+    for line in lines[1:]:
+        fields = line.split("|")
+        if fields[0] == job_id and len(fields) == len(header):
+            return fields[header.index("State")].split()[0]
+    return None
 
 
 def _copy(src: Path, dst: Path) -> None:
@@ -113,10 +139,13 @@ def import_case(case: dict, session: dict, raw: Path, sacct: str = "sacct") -> s
     run_dir = raw / "runs" / run_id
     if (run_dir / "manifest.json").exists():
         return None
-    outdir = Path(case["outputdir"])
+    passed = case.get("result") == "pass"
+    # ReFrame copies a passed test's files to its output directory; a failed test's stay in its
+    # (kept) stage directory.
+    outdir = Path(case["outputdir"] if passed else case.get("stagedir") or case["outputdir"])
     if not outdir.is_dir():
-        raise ParseError(outdir, f"output directory of {case['display_name']} (job {case['jobid']}) not found; "
-                                 "run ReFrame with its default output handling (keep_files)")
+        raise ParseError(outdir, f"{'output' if passed else 'stage'} directory of {case['display_name']} "
+                                 f"(job {case['jobid']}) not found")
     if run_dir.exists():
         shutil.rmtree(run_dir)  # a previous import stopped half-way: no manifest, nothing collated
     run_dir.mkdir(parents=True)
@@ -124,19 +153,22 @@ def import_case(case: dict, session: dict, raw: Path, sacct: str = "sacct") -> s
     kind = "microbenchmark" if program in MICROBENCHMARKS else "app"
     files, notes = [], []
     for f in sorted(outdir.iterdir()):
-        if f.suffix == ".csv" or f.name.endswith(".mpiP"):
+        if f.is_file() and (f.suffix == ".csv" or f.name.endswith(".mpiP")):
             _copy(f, run_dir / f.name)
             files.append(f.name)
     stdout = outdir / ("app.out" if kind == "app" else case.get("job_stdout") or "rfm_job.out")
-    if not stdout.exists():
+    if stdout.exists():
+        _copy(stdout, run_dir / "stdout.txt")
+        files.append("stdout.txt")
+    elif passed:
         raise ParseError(stdout, f"job output of {case['display_name']} not kept in the output directory")
-    _copy(stdout, run_dir / "stdout.txt")
-    files.append("stdout.txt")
     if case.get("scheduler") != "local":
         collect_sacct(case, run_dir / "sacct.txt", sacct)
         files.append("sacct.txt")
+    if not passed:
+        notes.append(f"ReFrame: {case.get('fail_phase')} failed: {case.get('fail_reason')}")
     samples = sorted(run_dir.glob("node-counters-*.csv"))
-    if kind == "app" and samples:
+    if kind == "app" and samples and passed:
         from hpcvar.parsers import apps
 
         steps = apps.read(run_dir / "stdout.txt").steps
@@ -156,6 +188,7 @@ def import_case(case: dict, session: dict, raw: Path, sacct: str = "sacct") -> s
         "container": case.get("container") or None,
         "test": case["display_name"], "system": case["system"], "partition": case["partition"],
         "environ": case["environ"], "session": session["uuid"], "result": case["result"],
+        "fail_phase": case.get("fail_phase"),
         "job": _job(case, session.get("user"), outdir),
         "files": {name: sha256(run_dir / name) for name in files}, "notes": notes,
     }
