@@ -9,6 +9,7 @@ report: "workflow/report/workflow.rst"
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/simulate.smk"
+include: "workflow/rules/campaign.smk"
 include: "workflow/rules/collate.smk"
 include: "workflow/rules/analyses.smk"
 include: "workflow/rules/report.smk"

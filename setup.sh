@@ -23,4 +23,13 @@ PY=${PYTHON:-python3}
 # torch first and exactly pinned: the CPU build of 2.13.0 is what the machines provide.
 .venv/bin/python -m pip install -q "torch==2.13.0"
 .venv/bin/python -m pip install -q -e ".[test]"
+# Snakemake profiles: `snakemake --profile slurm` looks in ~/.config/snakemake/ (and the current
+# directory); link ours there unless the user already has a profile of that name.
+profiles_dir="${XDG_CONFIG_HOME:-$HOME/.config}/snakemake"
+mkdir -p "$profiles_dir"
+for p in profiles/*/; do
+  name=$(basename "$p")
+  [ -e "$profiles_dir/$name" ] || ln -s "$(pwd)/$p" "$profiles_dir/$name"
+done
+
 echo "setup: done. Main job: .venv/bin/snakemake --cores 2   Tests: .venv/bin/python -m pytest"

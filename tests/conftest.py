@@ -67,9 +67,9 @@ def campaign(tmp_path_factory):
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 
 
-def snakemake(*args, cwd=REPO, **kw) -> subprocess.CompletedProcess:
+def snakemake(*args, cwd=REPO, env=None, **kw) -> subprocess.CompletedProcess:
     # As a user runs it: the analyses log to the default store beside the dataset.
-    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    env = {k: v for k, v in (env or os.environ).items() if k != "MLFLOW_TRACKING_URI"}
     return subprocess.run([SNAKEMAKE, *args], cwd=cwd, capture_output=True, text=True, env=env, **kw)
 
 

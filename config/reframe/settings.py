@@ -126,7 +126,8 @@ site_configuration = {
             "keep_stage_files": True,
         }
     ],
-    "storage": [{"enable": True, "sqlite_db_file": f"{PREFIX}/results.db"}],
+    # One results database for all campaign rounds (each round has its own HPCVAR_RFM_PREFIX).
+    "storage": [{"enable": True, "sqlite_db_file": os.environ.get("HPCVAR_RFM_DB", f"{PREFIX}/results.db")}],
     "logging": [
         {
             "level": "debug",

@@ -124,6 +124,9 @@ def cmd_import_reframe(a) -> int:
 
     try:
         r = import_reports(a.reports, a.raw, topology=a.topology)
+        if a.summary:
+            Path(a.summary).write_text(json.dumps({"imported": r.imported, "skipped": r.skipped,
+                                                   "ignored": r.ignored, "errors": r.errors}, indent=1))
     except ParseError as exc:
         print(f"hpcvar import-reframe: {exc}", file=sys.stderr)
         return 2
@@ -152,6 +155,19 @@ def cmd_schema(a) -> int:
     from hpcvar.schema import markdown
 
     print(markdown())
+    return 0
+
+
+def cmd_campaign(a) -> int:
+    from hpcvar.campaign import rounds
+
+    if a.action == "round":
+        return rounds.run_round(a.report, config=a.reframe_config, system=a.system, checks=a.checks,
+                                tests=a.tests, options=a.option, prefix=a.prefix)
+    if a.action == "request":
+        print(f"round {rounds.request(a.results, a.id)} requested: run the workflow to run it")
+        return 0
+    print(rounds.schedule_line(Path.cwd(), a.profile, a.every))
     return 0
 
 
@@ -227,6 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--raw", required=True, help="raw campaign directory to add runs to")
     s.add_argument("--topology", help="the site's node -> router -> group map (CSV, YAML or Slurm topology.conf); "
                                       "default: nodes recorded flat, without network structure")
+    s.add_argument("--summary", help="also write what was imported as JSON to this file")
     s.set_defaults(func=cmd_import_reframe)
 
     s = sub.add_parser("sample", help="sample this node's network counters until SIGTERM/SIGINT (beside a job step)",
@@ -245,6 +262,26 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("schema", help="print the dataset schema as Markdown")
     s.add_argument("--markdown", action="store_true", help="(the only format; accepted for clarity)")
     s.set_defaults(func=cmd_schema)
+
+    s = sub.add_parser("campaign", help="campaign rounds: run one, request one, or print a schedule line")
+    camp = s.add_subparsers(dest="action", required=True)
+    s = camp.add_parser("round", help="run every dataset's ReFrame test once, in random order (the workflow's rule)")
+    s.add_argument("--report", required=True, help="ReFrame JSON run report to write (rounds/<id>/reframe-report.json)")
+    s.add_argument("--reframe-config", default="config/reframe/settings.py")
+    s.add_argument("--system", required=True, help="ReFrame system (local, local-slurm, generic-slurm, ...)")
+    s.add_argument("--checks", action="append", default=[], help="check path (repeatable)")
+    s.add_argument("--tests", action="append", default=[], help="test name pattern, -n (repeatable)")
+    s.add_argument("--option", action="append", default=[], help="extra ReFrame argument (repeatable)")
+    s.add_argument("--prefix", default="results/reframe", help="ReFrame output prefix (rounds/<id> below it)")
+    s.set_defaults(func=cmd_campaign)
+    s = camp.add_parser("request", help="ask for one more round; the next workflow invocation runs it")
+    s.add_argument("--results", default="results")
+    s.add_argument("--id", help="round id (default: the current UTC time)")
+    s.set_defaults(func=cmd_campaign)
+    s = camp.add_parser("schedule", help="print an scrontab/crontab line that runs a round every day or week")
+    s.add_argument("--every", choices=["day", "week"], default="day")
+    s.add_argument("--profile", default="slurm")
+    s.set_defaults(func=cmd_campaign)
 
     s = sub.add_parser("dev", help="developer tools (a local single-node Slurm cluster)")
     dev = s.add_subparsers(dest="dev_cmd", required=True)

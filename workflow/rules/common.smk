@@ -11,7 +11,8 @@ from snakemake.utils import validate
 validate(config, "../schemas/config.schema.yaml")
 
 RESULTS = config["results"]
-# Raw campaign files: written by the simulator (source: simulate) or by a real campaign (source: raw).
+# Raw campaign files: written by the simulator (source: simulate), by a real campaign elsewhere
+# (source: raw), or imported round by round from this workflow's ReFrame runs (source: campaign).
 RAW_DIR = f"{RESULTS}/raw" if config["source"] == "simulate" else config["raw_dir"]
 
 # The `hpcvar` command next to this Snakemake's Python (the project's virtual environment), so
@@ -28,3 +29,39 @@ def analysis_settings(name, **extra):
     """The analysis's config section as `--set key=value` options (values as JSON, which is YAML)."""
     settings = {**config["analyses"][name], **{k: v for k, v in extra.items() if v is not None}}
     return " ".join(shlex.quote(f"--set={k}={json.dumps(v)}") for k, v in settings.items())
+
+
+# --- campaigns (source: campaign) ---------------------------------------------------------------
+
+def campaign_rounds():
+    """Rounds 001..N of the config, then the rounds requested by hand or by a schedule (the
+    hpcvar package is installed beside this Snakemake by ./setup.sh)."""
+    from hpcvar.campaign.rounds import requested
+
+    fixed = [f"{i:03d}" for i in range(1, config["campaign"]["rounds"] + 1)]
+    return fixed + [r for r in requested(RESULTS) if r not in fixed]
+
+
+ROUNDS = campaign_rounds() if config["source"] == "campaign" else []
+
+
+def previous_round(wildcards):
+    """Rounds run in order: a round starts once the previous one is imported."""
+    i = ROUNDS.index(wildcards.round)
+    return [f"{RESULTS}/rounds/{ROUNDS[i - 1]}/imported.json"] if i > 0 else []
+
+
+def campaign_args():
+    c = config["campaign"]
+    args = ["--reframe-config", c["reframe_config"], "--system", c["system"]]
+    args += [a for p in c["checks"] for a in ("--checks", p)]
+    args += [a for t in c["tests"] for a in ("--tests", t)]
+    args += [f"--option={o}" for o in c["options"]]
+    return " ".join(shlex.quote(a) for a in args)
+
+
+def collate_input(wildcards):
+    """What collate waits for: the simulator's raw directory, or every round's import."""
+    if config["source"] == "campaign":
+        return {"rounds": expand(f"{RESULTS}/rounds/{{round}}/imported.json", round=ROUNDS)}
+    return {"raw": RAW_DIR}

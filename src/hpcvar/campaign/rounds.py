@@ -1,0 +1,95 @@
+"""One campaign round: every dataset's ReFrame test once, in random order.
+
+The pattern: ReFrame runs where the workflow runs (a login node, or here) and submits its own
+batch jobs through the site configuration's scheduler (``--system``), waiting for them; the
+Snakemake rule that calls this is a local rule and holds no allocation. A round writes ReFrame's
+JSON run report; tests that failed (killed, timed out, wrong answer) are in it as failures and
+become failed runs when imported, so a failure never stops the campaign. ReFrame crashing
+without a report is an error, and the round is re-run on the next invocation.
+
+Each round keeps its own stage/output tree (``<prefix>/rounds/<round>``) so a later round cannot
+overwrite files a round has not imported yet, and all rounds share one results database
+(``<prefix>/results.db``) for ``reframe --performance-compare``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def reframe_command(report: Path, config: str, system: str, checks: list[str], tests: list[str],
+                    options: list[str]) -> list[str]:
+    exe = Path(sys.executable).with_name("reframe")
+    cmd = [str(exe) if exe.exists() else "reframe", "-C", config, "--system", system]
+    for c in checks:
+        cmd += ["-c", c]
+    cmd += ["-R"]
+    for t in tests:
+        cmd += ["-n", t]
+    return [*cmd, "--exec-order=random", "--report-file", str(report), *options, "-r"]
+
+
+def run_round(report: str | Path, *, config: str, system: str, checks: list[str], tests: list[str],
+              options: list[str], prefix: str | Path) -> int:
+    """Run one round; returns 0 when ReFrame wrote its report (failed tests included)."""
+    report = Path(report).resolve()
+    prefix = Path(prefix).resolve()
+    round_prefix = prefix / "rounds" / report.parent.name
+    env = {**os.environ, "HPCVAR_RFM_PREFIX": str(round_prefix), "HPCVAR_RFM_DB": str(prefix / "results.db")}
+    report.parent.mkdir(parents=True, exist_ok=True)
+    partial = report.with_name(f".{report.name}.partial")
+    partial.unlink(missing_ok=True)
+    cmd = reframe_command(partial, config, system, checks, tests, options)
+    print("campaign round:", " ".join(cmd), flush=True)
+    proc = subprocess.run(cmd, env=env, cwd=REPO)
+    if not partial.exists():
+        print(f"campaign round: ReFrame exited {proc.returncode} without a run report ({partial}); "
+              "the round will be run again", file=sys.stderr)
+        return proc.returncode or 1
+    never_ran = [c["display_name"] for run in json.loads(partial.read_text())["runs"][-1:] for c in run["testcases"]
+                 if c.get("dataset") and not c.get("jobid")]
+    if never_ran:
+        # Nothing was measured for these datasets (submission failed, a fixture failed): the round
+        # is not done. Its report stays as .partial for inspection; the next invocation reruns it.
+        print(f"campaign round: {len(never_ran)} tests never got a job ({', '.join(never_ran)}); see "
+              f"{partial} and the ReFrame log. The round will be run again.", file=sys.stderr)
+        return 1
+    if proc.returncode != 0:
+        print(f"campaign round: ReFrame exited {proc.returncode}: some tests failed after their job ran; "
+              "they are recorded as failed runs", flush=True)
+    partial.replace(report)  # the round's output appears only once its report is complete
+    return 0
+
+
+def requested(results: str | Path) -> list[str]:
+    """Round ids requested by hand or by a schedule (``results/rounds/requested.txt``)."""
+    path = Path(results) / "rounds" / "requested.txt"
+    return [line.strip() for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def request(results: str | Path, round_id: str | None = None) -> str:
+    """Ask for one more round (id: the UTC time, unless given); the next invocation runs it."""
+    from datetime import datetime, timezone
+
+    round_id = round_id or datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    path = Path(results) / "rounds" / "requested.txt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if round_id not in requested(results):
+        with path.open("a") as fh:
+            fh.write(round_id + "\n")
+    return round_id
+
+
+def schedule_line(repo: Path, profile: str, every: str, hour: int = 2) -> str:
+    """An scrontab/crontab line that requests and runs a round every day or week (Slurm's
+    ``scrontab -e`` runs it as a batch job; cron on a login node works the same)."""
+    when = {"day": f"0 {hour} * * *", "week": f"0 {hour} * * 1"}[every]
+    bindir = Path(sys.executable).parent
+    return (f"{when} cd {repo} && {bindir}/hpcvar campaign request && {bindir}/snakemake --profile {profile} "
+            f">> {repo}/results/logs/scheduled-rounds.log 2>&1")

@@ -1,0 +1,170 @@
+"""A campaign on a real Slurm cluster: `hpcvar dev slurm up`, then `snakemake --profile
+profiles/local-slurm` with `source: campaign` — ReFrame submits the microbenchmarks round by
+round, another Unix user's job runs alongside, and the rounds land in the dataset and the report.
+Faults: a job scancel'ed mid-run, Snakemake killed during a round, collation run twice."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import REPO, snakemake
+from hpcvar.anonymise import Pseudonymiser
+from hpcvar.dev import slurm as dev
+
+pytestmark = pytest.mark.slow
+PROFILE = str(REPO / "profiles" / "local-slurm")
+OTHER = dev.DEFAULT_EXTRA_USER
+CAMPAIGN = """source: campaign
+campaign:
+  rounds: {rounds}
+  system: local-slurm
+  checks: [reframe_tests/microbenchmarks]
+  tests: [Collectives, Confidence]
+  options: ["-S", "Collectives.iterations={iterations}"]
+"""
+
+
+def _hpcvar(*args, env=None, timeout=300):
+    return subprocess.run([sys.executable, "-m", "hpcvar", *args], capture_output=True, text=True, env=env,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    if os.geteuid() != 0:
+        pytest.fail("the Slurm dev cluster needs root")
+    up = _hpcvar("dev", "slurm", "up", "--link-etc", "--extra-user", OTHER)
+    assert up.returncode == 0, up.stdout + up.stderr
+    env = dev.slurm_env(dev.Layout(dev.state_dir()))
+    yield env
+    down = _hpcvar("dev", "slurm", "down")
+    assert down.returncode == 0, down.stdout + down.stderr
+
+
+def _sh(env, *cmd, user=None) -> str:
+    full = ["runuser", "-u", user, "--", *cmd] if user else list(cmd)
+    out = subprocess.run(full, env=env, capture_output=True, text=True, timeout=60, cwd="/tmp")
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def _wait_running(env, name: str, timeout=120) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        out = _sh(env, "squeue", "--all", "-h", "-o", "%i %j %T")
+        for line in out.splitlines():
+            job, jobname, state = line.split()
+            if name in jobname and state == "RUNNING":
+                return job
+        time.sleep(0.5)
+    pytest.fail(f"no running job named like {name!r}: {out}")
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory, cluster):
+    wd = tmp_path_factory.mktemp("campaign")
+    for item in ("Snakefile", "workflow", "config"):
+        subprocess.run(["cp", "-r", str(REPO / item), str(wd / item)], check=True)
+    return wd
+
+
+def _run(wd, env, rounds, iterations=20000, **kw):
+    (wd / "campaign.yaml").write_text(CAMPAIGN.format(rounds=rounds, iterations=iterations))
+    return snakemake("--profile", PROFILE, "--configfile", "campaign.yaml", cwd=wd, env=env, **kw)
+
+
+def test_two_rounds_with_another_users_job_alongside(cluster, workdir):
+    aggressor = _sh(cluster, "sbatch", "--parsable", "--chdir=/tmp", "--output=/dev/null", "-n", "2",
+                    "--job-name=aggressor", "--wrap", "sleep 300", user=OTHER)
+    try:
+        out = _run(workdir, cluster, rounds=2)
+    finally:
+        _sh(cluster, "scancel", aggressor)
+    assert out.returncode == 0, out.stderr[-4000:]
+    res = workdir / "results"
+    runs = pd.read_parquet(res / "dataset" / "runs")
+    assert sorted(runs["dataset"]) == ["collectives-1", "collectives-1", "confidence-1", "confidence-1"]
+    assert (runs["state"] == "COMPLETED").all() and runs["job_id"].is_unique
+    # Every run's job is in sacct, and the other user's job is in every run's neighbourhood.
+    for run_id in runs["run_id"]:
+        assert (res / "raw" / "runs" / run_id / "sacct.txt").exists()
+    salt = (workdir / ".hpcvar-salt").read_text().strip().encode()
+    neigh = pd.read_parquet(res / "dataset" / "neighbourhood")
+    theirs = neigh[neigh["job_id"] == aggressor]
+    assert set(theirs["run_id"]) == set(runs["run_id"])
+    assert set(theirs["user"]) == {Pseudonymiser(salt)(OTHER)} and OTHER not in set(neigh["user"])
+    latency = pd.read_parquet(res / "dataset" / "latency")
+    assert len(latency[latency["benchmark"] == "collectives"]) == 2 * 4 * 3 * 20000
+    # The report was rebuilt from this dataset.
+    assert "4 runs" in (res / "summary.txt").read_text().splitlines()[0]
+    assert (res / "report.html").stat().st_mtime >= (res / "summary.txt").stat().st_mtime
+    # Nothing to do again.
+    again = _run(workdir, cluster, rounds=2)
+    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
+
+
+def test_a_cancelled_run_is_recorded_as_failed_and_the_campaign_goes_on(cluster, workdir):
+    """Round 3 with a long collectives run, scancel'ed once it runs."""
+    (workdir / "campaign.yaml").write_text(CAMPAIGN.format(rounds=3, iterations=3_000_000))
+    proc = subprocess.Popen([str(Path(sys.executable).with_name("snakemake")), "--profile", PROFILE,
+                             "--configfile", "campaign.yaml"], cwd=workdir, env=cluster,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    job = _wait_running(cluster, "rfm_Collectives")
+    _sh(cluster, "scancel", job)
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out[-4000:]
+    res = workdir / "results"
+    quarantine = [json.loads(line) for line in (res / "dataset" / "quarantine.jsonl").read_text().splitlines()]
+    failed = [q for q in quarantine if q["kind"] == "failed-run" and q["job_id"] == job]
+    assert len(failed) == 1 and failed[0]["state"] == "CANCELLED"
+    runs = pd.read_parquet(res / "dataset" / "runs")
+    assert job not in set(runs["job_id"]) and len(runs) == 5  # round 3's Confidence run still counts
+    assert "Failed runs (Slurm state not COMPLETED, not used as data): 1" in (res / "summary.txt").read_text()
+
+
+def test_snakemake_killed_during_a_round_resumes_without_duplicates(cluster, workdir):
+    (workdir / "campaign.yaml").write_text(CAMPAIGN.format(rounds=4, iterations=100_000))
+    exe = str(Path(sys.executable).with_name("snakemake"))
+    proc = subprocess.Popen([exe, "--profile", PROFILE, "--configfile", "campaign.yaml"], cwd=workdir, env=cluster,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    _wait_running(cluster, "rfm_")
+    os.killpg(proc.pid, signal.SIGKILL)  # Snakemake, ReFrame and everything they started here
+    proc.wait()
+    # What a user does after killing a campaign: the batch jobs ReFrame had submitted keep running.
+    _sh(cluster, "scancel", "--user=root")
+    assert not (workdir / "results" / "rounds" / "004" / "reframe-report.json").exists()
+    out = _run(workdir, cluster, rounds=4, iterations=100_000)
+    if "--unlock" in out.stderr:
+        snakemake("--unlock", "--configfile", "campaign.yaml", cwd=workdir, env=cluster)
+        out = _run(workdir, cluster, rounds=4, iterations=100_000)
+    assert out.returncode == 0, out.stderr[-4000:]
+    runs = pd.read_parquet(workdir / "results" / "dataset" / "runs")
+    assert runs["run_id"].is_unique and runs["job_id"].is_unique
+    assert len(runs) == 7 and (runs["dataset"] == "confidence-1").sum() == 4
+
+
+def test_collation_twice_gives_identical_tables(cluster, workdir, tmp_path):
+    from hpcvar.collate import collate
+    from hpcvar.dataset import Dataset
+    from hpcvar.schema import TABLES
+
+    raw = workdir / "results" / "raw"
+    pseudo = Pseudonymiser(b"same-salt")
+    collate(raw, tmp_path / "a", pseudo)
+    collate(raw, tmp_path / "b", pseudo)
+    assert collate(raw, tmp_path / "b", pseudo).new_runs == []  # and a third time adds nothing
+    a, b = Dataset(tmp_path / "a"), Dataset(tmp_path / "b")
+    for name, table in TABLES.items():
+        key = list(table.key)
+        left = a.read(name).sort_values(key).reset_index(drop=True)
+        right = b.read(name).sort_values(key).reset_index(drop=True)
+        pd.testing.assert_frame_equal(left, right, check_like=False)
