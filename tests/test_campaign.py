@@ -29,7 +29,7 @@ campaign:
   system: local-slurm
   checks: [reframe_tests/microbenchmarks]
   tests: [Collectives, Confidence]
-  options: ["-S", "Collectives.iterations={iterations}"]
+  options: ["-S", "Collectives.iterations={iterations}"{extra}]
 """
 
 
@@ -77,8 +77,12 @@ def workdir(tmp_path_factory, cluster):
     return wd
 
 
-def _run(wd, env, rounds, iterations=20000, **kw):
-    (wd / "campaign.yaml").write_text(CAMPAIGN.format(rounds=rounds, iterations=iterations))
+def _config(rounds, iterations, extra=()):
+    return CAMPAIGN.format(rounds=rounds, iterations=iterations, extra="".join(f', "{o}"' for o in extra))
+
+
+def _run(wd, env, rounds, iterations=20000, extra=(), **kw):
+    (wd / "campaign.yaml").write_text(_config(rounds, iterations, extra))
     return snakemake("--profile", PROFILE, "--configfile", "campaign.yaml", cwd=wd, env=env, **kw)
 
 
@@ -114,7 +118,7 @@ def test_two_rounds_with_another_users_job_alongside(cluster, workdir):
 
 def test_a_cancelled_run_is_recorded_as_failed_and_the_campaign_goes_on(cluster, workdir):
     """Round 3 with a long collectives run, scancel'ed once it runs."""
-    (workdir / "campaign.yaml").write_text(CAMPAIGN.format(rounds=3, iterations=3_000_000))
+    (workdir / "campaign.yaml").write_text(_config(3, 3_000_000))
     proc = subprocess.Popen([str(Path(sys.executable).with_name("snakemake")), "--profile", PROFILE,
                              "--configfile", "campaign.yaml"], cwd=workdir, env=cluster,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -132,7 +136,7 @@ def test_a_cancelled_run_is_recorded_as_failed_and_the_campaign_goes_on(cluster,
 
 
 def test_snakemake_killed_during_a_round_resumes_without_duplicates(cluster, workdir):
-    (workdir / "campaign.yaml").write_text(CAMPAIGN.format(rounds=4, iterations=100_000))
+    (workdir / "campaign.yaml").write_text(_config(4, 100_000))
     exe = str(Path(sys.executable).with_name("snakemake"))
     proc = subprocess.Popen([exe, "--profile", PROFILE, "--configfile", "campaign.yaml"], cwd=workdir, env=cluster,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -150,6 +154,18 @@ def test_snakemake_killed_during_a_round_resumes_without_duplicates(cluster, wor
     runs = pd.read_parquet(workdir / "results" / "dataset" / "runs")
     assert runs["run_id"].is_unique and runs["job_id"].is_unique
     assert len(runs) == 7 and (runs["dataset"] == "confidence-1").sum() == 4
+
+
+def test_a_timed_out_run_is_recorded_with_its_state(cluster, workdir):
+    """Round 5: the collectives run outlives the job's time limit (Slurm ends it: TIMEOUT)."""
+    out = _run(workdir, cluster, rounds=5, iterations=500_000_000, extra=("-S", "Collectives.time_limit=1m"))
+    assert out.returncode == 0, out.stderr[-4000:]
+    res = workdir / "results"
+    quarantine = [json.loads(line) for line in (res / "dataset" / "quarantine.jsonl").read_text().splitlines()]
+    timeouts = [q for q in quarantine if q["kind"] == "failed-run" and q["state"] == "TIMEOUT"]
+    assert len(timeouts) == 1 and timeouts[0]["dataset"] == "collectives-1"
+    runs = pd.read_parquet(res / "dataset" / "runs")
+    assert len(runs) == 8 and timeouts[0]["job_id"] not in set(runs["job_id"])
 
 
 def test_collation_twice_gives_identical_tables(cluster, workdir, tmp_path):
