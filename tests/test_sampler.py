@@ -88,7 +88,7 @@ def test_sampler_on_fake_sysfs_with_wrap_and_reset(tmp_path):
     fake.add("class/cxi/cxi0/device/telemetry/hni_rx_paused_0", 0, stamp=t_cxi)
     fake.add("class/cxi/cxi0/device/telemetry/not_selected_counter", 0, stamp=t_cxi)
     out = tmp_path / "node.{hostname}.csv"
-    proc = spawn(out, interval=0.05, sysfs_root=tmp_path / "sys", sources=["net", "infiniband", "cxi", "papi"])
+    proc = spawn(out, interval=0.05, sysfs_root=tmp_path / "sys", sources=["net", "infiniband", "cxi"])
     written = next(tmp_path.glob("node.*.csv"), None)
     deadline = time.monotonic() + 20
     while written is None and time.monotonic() < deadline:
@@ -115,7 +115,7 @@ def test_sampler_on_fake_sysfs_with_wrap_and_reset(tmp_path):
     meta, end = frame.attrs["meta"], frame.attrs["end"]
     assert frame.attrs["complete"] and frame.attrs["truncated"] is None
     assert end["reason"] == "SIGTERM" and int(end["samples"]) >= 16 and end["read_errors"] == "0"
-    assert meta["sources_present"] == "net,infiniband,cxi" and meta["sources_absent"] == "papi"
+    assert meta["sources_present"] == "net,infiniband,cxi" and meta["sources_absent"] == ""
     assert meta["interval_s"] == "0.05" and meta["sysfs_root"] == str(tmp_path / "sys")
     assert "not_selected_counter" not in set(frame.counter)
     # Every sampled value is one the test wrote, in the order written; all states were seen.
@@ -215,10 +215,9 @@ def test_absent_sources_are_recorded_not_errors(tmp_path):
     assert done.returncode == 0, done.stderr
     frame = node_counters.read(out)
     meta = frame.attrs["meta"]
-    assert meta["sources_present"] == "" and meta["sources_absent"] == "net,infiniband,cxi,papi"
+    assert meta["sources_present"] == "" and meta["sources_absent"] == "net,infiniband,cxi"
     assert meta["source net"].startswith("absent: no ") and "class/net" in meta["source net"]
     assert meta["source cxi"].startswith("absent: no ") and "not a Slingshot/Cassini node" in meta["source cxi"]
-    assert meta["source papi"].startswith("absent: ")
     assert len(frame) == 0 and frame.attrs["complete"]
     info = inspect(out)
     assert info["ok"] and info["kind"] == "node_counters" and info["records"] == 0

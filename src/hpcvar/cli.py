@@ -251,8 +251,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "--out 'counters.{hostname}.csv' & (docs/counters.md).")
     s.add_argument("--out", required=True, help="CSV file to write; {hostname} is replaced by the node's name")
     s.add_argument("--interval", type=float, default=1.0, help="seconds between samples (default 1.0)")
-    s.add_argument("--sources", default="net,infiniband,cxi,papi",
-                   help="comma-separated: net, infiniband, cxi, papi (absent ones are recorded, not errors)")
+    s.add_argument("--sources", default="net,infiniband,cxi",
+                   help="comma-separated: net, infiniband, cxi (absent ones are recorded, not errors)")
     s.add_argument("--duration", type=float, help="stop after this many seconds (default: run until signalled)")
     s.add_argument("--sysfs-root", default="/sys", help="root of the sysfs tree to read (default /sys)")
     s.add_argument("--cxi-counters", help="comma-separated shell patterns of Cassini telemetry names "

@@ -9,11 +9,10 @@ Format, version 1 (long: one row per counter and sample)::
     # start_epoch: 1712345678.000123
     # sysfs_root: /sys
     # sources_present: net,cxi
-    # sources_absent: infiniband,papi
+    # sources_absent: infiniband
     # source net: present: devices=hsn0,lo counters=16
     # source infiniband: absent: no /sys/class/infiniband
     # source cxi: present: devices=cxi0 counters=24
-    # source papi: absent: PAPI python binding unavailable (...)
     # units: ...
     epoch,source,device,counter,value
     1712345678.000301,net,hsn0,rx_bytes,123456789

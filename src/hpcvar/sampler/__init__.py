@@ -5,7 +5,7 @@ On Slurm, one sampler per node beside the application's step::
     srun --overlap --ntasks-per-node=1 hpcvar sample --out 'counters.{hostname}.csv' &
 
 locally, :func:`spawn` (or ``hpcvar sample ... &``). Each sampler reads its sources
-(:mod:`.sources`: ``net``, ``infiniband``, ``cxi``, ``papi``) every ``interval`` seconds and
+(:mod:`.sources`: ``net``, ``infiniband``, ``cxi``) every ``interval`` seconds and
 appends timestamped cumulative counter values to one CSV per node (format: the node counter file
 of :mod:`hpcvar.parsers.node_counters`, which also turns the samples into per-step deltas) until
 SIGTERM/SIGINT or ``duration``.

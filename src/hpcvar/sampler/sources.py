@@ -17,7 +17,6 @@ system call per counter and no open/close.
   timestamp becomes the row's epoch. The Cassini exposes hundreds of counters; the default
   selection (:data:`DEFAULT_CXI_COUNTERS`, shell patterns) holds the groups the Perlmutter
   variability study correlated with run time; ``"*"`` reads them all.
-* ``papi``: optional and not available in this version (see :class:`PapiSource`).
 
 A source that is absent on the node says why (:class:`Probe`); the sampler runs with the rest.
 """
@@ -39,7 +38,7 @@ NET_COUNTERS = ("rx_bytes", "tx_bytes", "rx_packets", "tx_packets",
 DEFAULT_CXI_COUNTERS = ("atu_cache_*", "lpe_net_match_*", "lpe_rndzv_puts*", "hni_rx_paused_*",
                         "hni_tx_paused_*", "parbs_tarb_pi_*", "pct_*timeouts")
 
-SOURCE_NAMES = ("net", "infiniband", "cxi", "papi")
+SOURCE_NAMES = ("net", "infiniband", "cxi")
 _READ_BYTES = 64
 
 
@@ -210,41 +209,11 @@ class CxiSource(FileSource):
         return epoch, int(value)
 
 
-class PapiSource:
-    """PAPI counters: optional, and reported absent here with the reason.
-
-    PAPI's CPU events count per thread/process, so a separate sampler process cannot see the
-    job's ranks; its system-wide network components (``cray_cassini``, ``infiniband``) read the
-    same counters as the ``cxi`` and ``infiniband`` sources above. Sampling PAPI is therefore not
-    implemented; the probe records whether the library/binding is even importable.
-    """
-
-    name = "papi"
-
-    def __init__(self, root: str | Path = "/sys"):
-        self.read_errors = 0
-        self.counters: list = []
-
-    def probe(self) -> Probe:
-        try:
-            import pypapi  # noqa: F401
-        except Exception as exc:  # ImportError, or OSError when libpapi.so is missing
-            return Probe(self.name, False, f"PAPI python binding unavailable ({type(exc).__name__}: {exc})")
-        return Probe(self.name, False, "pypapi importable, but PAPI sampling is not implemented in this "
-                                       "version (use the cxi/infiniband sources for NIC counters)")
-
-    def read(self, now: float) -> list:
-        return []
-
-    def close(self) -> None:
-        pass
-
-
 def make_sources(names: Sequence[str], sysfs_root: str | Path = "/sys",
                  cxi_counters: Sequence[str] = DEFAULT_CXI_COUNTERS) -> list:
     unknown = [n for n in names if n not in SOURCE_NAMES]
     if unknown:
         raise ValueError(f"unknown source(s) {unknown}; choose from {', '.join(SOURCE_NAMES)}")
     build = {"net": lambda: NetSource(sysfs_root), "infiniband": lambda: InfinibandSource(sysfs_root),
-             "cxi": lambda: CxiSource(sysfs_root, cxi_counters), "papi": lambda: PapiSource(sysfs_root)}
+             "cxi": lambda: CxiSource(sysfs_root, cxi_counters)}
     return [build[n]() for n in dict.fromkeys(names)]
