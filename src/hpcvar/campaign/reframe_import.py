@@ -34,6 +34,7 @@ import yaml
 
 from hpcvar.parsers import node_counters
 from hpcvar.parsers.errors import ParseError
+from hpcvar.progress import Progress
 from hpcvar.simulate import sha256
 
 #: sacct fields written to sacct.txt (collate needs User, Submit, Start, End, State, NNodes, NodeList).
@@ -245,7 +246,9 @@ def import_reports(reports: list[str | Path], raw: str | Path, topology: str | P
         except (json.JSONDecodeError, KeyError) as exc:
             raise ParseError(report, f"not a ReFrame JSON run report ({exc})") from exc
         cases = [c for run in runs[-1:] for c in run["testcases"]]  # the last run: after --max-retries
+        bar = Progress(f"import-reframe: {report.name}", len(cases))
         for case in cases:
+            bar.step()
             if case.get("fixture") or not case.get("dataset") or not case.get("jobid"):
                 result.ignored.append(case.get("display_name", "?"))
                 continue
