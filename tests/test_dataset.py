@@ -34,7 +34,9 @@ def _round(*job_ids: int, system: str = "cori") -> dict[str, pd.DataFrame]:
                          job_id=str(job), user="user-0a1b2c3d4e", submit=start - pd.Timedelta(minutes=5),
                          start=start, end=start + pd.Timedelta(seconds=30), total_time_s=25.5, elapsed_s=30.0,
                          num_steps=2, state="COMPLETED", node_list=nodes, num_routers=1, num_groups=1,
-                         locality="single-router", software="milc 7.8.1", container=None,
+                         locality="single-router", locality_dfplus="same-group", bg_traffic=61.25,
+                         bg_nodes_alloc=1900, bg_nodes_comm=1850, bg_nodes_comm_unique=1790, system_nodes=2288,
+                         software="milc 7.8.1", container=None,
                          raw_dir=f"runs/{rid}"))
         for s, dur in ((1, 12.25), (2, 13.25)):
             s_start = start + pd.Timedelta(seconds=2 + 13 * (s - 1))

@@ -1,5 +1,6 @@
-"""Topology: node -> router -> group from Cray XC cnames, Slurm topology.conf, CSV and YAML maps,
-and the paper's placement features (num_routers, num_groups, locality) of hand-made node lists."""
+"""Topology: node -> router -> group -> island from Cray XC cnames, Slurm topology.conf, CSV and
+YAML maps, and the placement features (num_routers, num_groups, locality, the Dragonfly+
+locality_dfplus) of hand-made node lists."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pandas as pd
 import pytest
 
 from hpcvar.parsers.errors import ParseError
-from hpcvar.topology import LOCALITY_CLASSES, Topology, cname_location
+from hpcvar.topology import LOCALITY_CLASSES, LOCALITY_DFPLUS_CLASSES, Topology, cname_location
 
 # --- Cray XC cnames ---------------------------------------------------------------------------
 # cname c<col>-<row>c<chassis>s<slot>n<node>: the router is the blade (cname without the node),
@@ -65,12 +66,22 @@ def test_from_cnames_io_nodes_mark_their_router():
 def test_from_cnames_placement():
     topo = Topology.from_cnames(XC_NODES)
     assert topo.placement(["c0-0c0s0n0", "c0-0c0s0n1"]) == {
-        "num_routers": 1, "num_groups": 1, "locality": "single-router"}
+        "num_routers": 1, "num_groups": 1, "locality": "single-router", "locality_dfplus": "same-group"}
     assert topo.placement(["c0-0c0s0n1", "c1-0c2s15n3"]) == {
-        "num_routers": 2, "num_groups": 1, "locality": "single-group"}
-    # Two nodes fit in one group (6 nodes), so two groups are more than needed.
+        "num_routers": 2, "num_groups": 1, "locality": "single-group", "locality_dfplus": "same-group"}
+    # Two nodes fit in one group (6 nodes), so two groups are more than needed; both groups are
+    # in cabinet row 0, the island of an XC.
     assert topo.placement(["c0-0c0s0n1", "c2-0c0s0n0"]) == {
-        "num_routers": 2, "num_groups": 2, "locality": "fragmented"}
+        "num_routers": 2, "num_groups": 2, "locality": "fragmented", "locality_dfplus": "same-island"}
+
+
+def test_from_cnames_islands_are_cabinet_rows():
+    assert cname_location("c11-2c2s9n0").island == "row2"
+    topo = Topology.from_cnames(XC_NODES + ["c0-1c0s0n0", "c3-1c1s1n1"])
+    assert topo.has_islands and topo.islands == ("row0", "row1")
+    assert topo.island_of("c2-0c0s0n1") == "row0" and topo.island_of("c3-1c1s1n1") == "row1"
+    assert topo.placement(["c0-1c0s0n0", "c3-1c1s1n1"])["locality_dfplus"] == "same-island"
+    assert topo.placement(["c0-0c0s0n0", "c0-1c0s0n0"])["locality_dfplus"] == "different-islands"
 
 
 def test_from_cnames_rejects_a_bad_name():
@@ -226,7 +237,7 @@ def test_csv_map(tmp_path: Path):
     assert topo.router_of("nid00002") == "r1" and topo.group_of("nid00003") == "g1"
     assert topo.nodes_per_router == 2 and topo.nodes_per_group == 3
     assert topo.placement(["nid00000", "nid00002"]) == {"num_routers": 2, "num_groups": 1,
-                                                         "locality": "single-group"}
+                                                         "locality": "single-group", "locality_dfplus": "same-group"}
 
 
 def test_csv_map_without_role_is_all_compute(tmp_path: Path):
@@ -304,9 +315,11 @@ def test_yaml_map(tmp_path: Path, suffix):
     assert [topo.group_of(_nid(i)) for i in (0, 5, 6, 9)] == ["g0", "g0", "g1", "g1"]
     assert topo.io_routers == {"r1"}
     assert topo.nodes_per_router == 4 and topo.nodes_per_group == 6
-    # 7 nodes need ceil(7/6) = 2 groups
+    # 7 nodes need ceil(7/6) = 2 groups; without islands each group is its own island
     assert topo.placement([_nid(i) for i in range(7)]) == {"num_routers": 3, "num_groups": 2,
-                                                           "locality": "min-groups"}
+                                                           "locality": "min-groups",
+                                                           "locality_dfplus": "different-islands"}
+    assert not topo.has_islands and topo.islands == topo.groups
 
 
 def test_yaml_without_groups(tmp_path: Path):
@@ -334,3 +347,140 @@ def test_yaml_router_without_nodes_is_a_parse_error(tmp_path: Path):
 def test_table_without_required_columns():
     with pytest.raises(ValueError, match=r"lacks columns \['group'\]"):
         Topology(pd.DataFrame({"node": ["n1"], "router": ["r0"]}))
+
+
+# --- Dragonfly+ islands ------------------------------------------------------------------------
+# The same 24 nodes as above (g0: nid00-07, g1: nid08-15, g2: nid16-23), with g0 and g1 in island
+# i0 and g2 alone in i1. Node lists: same group, two groups of one island, two islands.
+
+DFPLUS_CASES = [
+    ([0, 1], "same-group"),
+    ([0, 4, 7], "same-group"),
+    ([0, 8], "same-island"),
+    (list(range(16)), "same-island"),
+    ([0, 16], "different-islands"),
+    ([8, 9, 20], "different-islands"),
+    (list(range(24)), "different-islands"),
+]
+
+DFPLUS_CONF = SLURM_CONF.replace("SwitchName=top Switches=g[0-2]\n",
+                                 "SwitchName=i0 Switches=g[0-1]\nSwitchName=i1 Switches=g2\n"
+                                 "SwitchName=spine Switches=i[0-1]\n")
+
+DFPLUS_CSV = "node,router,group,island\n" + "".join(
+    f"{_nid(i)},r{i // 4},g{i // 8},{'i0' if i < 16 else 'i1'}\n" for i in range(24))
+
+DFPLUS_YAML = """\
+groups:
+  g0:
+    island: i0
+    routers: {r0: {nodes: "nid[00000-00003]"}, r1: {nodes: "nid[00004-00007]"}}
+  g1:
+    island: i0
+    routers: {r2: {nodes: "nid[00008-00011]"}, r3: {nodes: "nid[00012-00015]"}}
+  g2:
+    island: i1
+    routers: {r4: {nodes: "nid[00016-00019]"}, r5: {nodes: "nid[00020-00023]"}}
+"""
+
+
+@pytest.fixture(params=["topology.conf", "topo.csv", "topo.yaml"])
+def dfplus(request, tmp_path: Path) -> Topology:
+    path = tmp_path / request.param
+    path.write_text({"topology.conf": DFPLUS_CONF, "topo.csv": DFPLUS_CSV, "topo.yaml": DFPLUS_YAML}[request.param])
+    return Topology.from_file(path)
+
+
+def test_islands_from_every_map_format(dfplus: Topology):
+    assert dfplus.has_islands
+    assert dfplus.islands == ("i0", "i1")
+    assert dfplus.groups == ("g0", "g1", "g2")
+    assert [dfplus.island_of(_nid(i)) for i in (0, 8, 15, 16, 23)] == ["i0", "i0", "i0", "i1", "i1"]
+    assert dfplus.islands_of([_nid(0), _nid(9), "x1"]) == {"i0"}
+
+
+@pytest.mark.parametrize("nodes, expected", DFPLUS_CASES)
+def test_placement_dfplus_locality(dfplus: Topology, nodes, expected):
+    got = dfplus.placement(_nid(i) for i in nodes)
+    assert got["locality_dfplus"] == expected
+    assert got["locality_dfplus"] in LOCALITY_DFPLUS_CLASSES
+
+
+def test_placement_dfplus_keeps_the_other_features(dfplus: Topology, topo: Topology):
+    for nodes, _ in DFPLUS_CASES:
+        with_islands = dfplus.placement(_nid(i) for i in nodes)
+        assert {k: v for k, v in with_islands.items() if k != "locality_dfplus"} == \
+            {k: v for k, v in topo.placement(_nid(i) for i in nodes).items() if k != "locality_dfplus"}
+
+
+def test_slurm_conf_root_above_groups_is_one_island(topo: Topology):
+    # SLURM_CONF puts one switch 'top' right above the groups: read as one island of them all.
+    assert topo.islands == ("top",)
+    assert topo.placement([_nid(0), _nid(16)])["locality_dfplus"] == "same-island"
+
+
+def test_two_level_slurm_conf_has_no_islands(tmp_path: Path):
+    conf = tmp_path / "topology.conf"
+    conf.write_text(SLURM_CONF.replace("SwitchName=top Switches=g[0-2]\n", ""))
+    topo = Topology.from_file(conf)
+    assert not topo.has_islands and "island" not in topo.table.columns
+    assert topo.islands == topo.groups == ("g0", "g1", "g2")
+    assert topo.island_of(_nid(9)) == "g1"
+    seen = {topo.placement([_nid(a), _nid(b)])["locality_dfplus"] for a in range(24) for b in range(24)}
+    assert seen == {"same-group", "different-islands"}  # never same-island without islands
+
+
+def test_slurm_conf_group_without_parent_is_its_own_island(tmp_path: Path):
+    conf = tmp_path / "topology.conf"
+    conf.write_text("SwitchName=r0 Nodes=n[1-2]\nSwitchName=r1 Nodes=n[3-4]\nSwitchName=r2 Nodes=n[5-6]\n"
+                    "SwitchName=g0 Switches=r0\nSwitchName=g1 Switches=r1\nSwitchName=i0 Switches=g0\n")
+    topo = Topology.from_file(conf)
+    assert [topo.island_of(f"n{i}") for i in (1, 3, 5)] == ["i0", "g1", "r2"]
+
+
+def test_to_csv_writes_islands(dfplus: Topology, tmp_path: Path):
+    out = tmp_path / "map.csv"
+    dfplus.to_csv(out)
+    assert out.read_text().splitlines()[0] == "node,router,group,island,role"
+    back = Topology.from_file(out)
+    assert back.islands == ("i0", "i1")
+    assert back.table["island"].tolist() == dfplus.table["island"].tolist()
+
+
+def test_to_csv_without_islands_writes_no_island_column(topo: Topology, tmp_path: Path):
+    flat = Topology(topo.table.drop(columns=["island"]).reset_index(drop=True))
+    out = tmp_path / "map.csv"
+    flat.to_csv(out)
+    assert out.read_text().splitlines()[0] == "node,router,group,role"
+
+
+def test_csv_row_without_island_is_a_parse_error(tmp_path: Path):
+    path = tmp_path / "topo.csv"
+    path.write_text("node,router,group,island\nn1,r0,g0,i0\nn2,r1,g1,\n")
+    with pytest.raises(ParseError, match="island") as err:
+        Topology.from_file(path)
+    assert err.value.line == 3
+
+
+def test_csv_group_in_two_islands_is_a_parse_error(tmp_path: Path):
+    path = tmp_path / "topo.csv"
+    path.write_text("node,router,group,island\nn1,r0,g0,i0\nn2,r1,g1,i0\n# moved\nn3,r2,g0,i1\n")
+    with pytest.raises(ParseError, match=r"group 'g0' is in island 'i0' \(line 2\) and 'i1'") as err:
+        Topology.from_file(path)
+    assert err.value.line == 5
+
+
+def test_yaml_islands_on_some_groups_only(tmp_path: Path):
+    path = tmp_path / "topo.yaml"
+    path.write_text(DFPLUS_YAML.replace("    island: i1\n", ""))
+    with pytest.raises(ParseError, match="group 'g2' has no 'island'"):
+        Topology.from_file(path)
+
+
+def test_table_islands_checked():
+    table = pd.DataFrame({"node": ["n1", "n2", "n3"], "router": ["r0", "r1", "r2"], "group": ["g0", "g0", "g1"],
+                          "island": ["i0", "i1", "i1"]})
+    with pytest.raises(ValueError, match=r"group 'g0' spans islands \['i0', 'i1'\]"):
+        Topology(table)
+    with pytest.raises(ValueError, match="node 'n2' has no island"):
+        Topology(table.assign(island=["i0", None, "i1"]))

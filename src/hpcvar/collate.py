@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from hpcvar import aries
+from hpcvar import aries, background
 from hpcvar.anonymise import Pseudonymiser
 from hpcvar.dataset import Dataset
 from hpcvar.parsers import apps, ldms, microbenchmarks, mpip, reframe, sacct
@@ -141,6 +141,21 @@ def neighbourhood(jobs: pd.DataFrame, me: pd.Series, topo: Topology, my_routers:
     return pd.DataFrame(rows, columns=["job_id", "user", "num_nodes", "overlap_s", "shared_groups", "shared_routers"])
 
 
+def _background(jobs: pd.DataFrame | None, me: pd.Series, topo: Topology) -> dict:
+    """The ``bg_*`` run columns: background traffic ``b`` at the job's start (:mod:`hpcvar.background`),
+    null without sacct; ``system_nodes`` (N_t) always."""
+    n_t = len(topo.compute_nodes)
+    if jobs is None:
+        return {"bg_traffic": None, "bg_nodes_alloc": None, "bg_nodes_comm": None, "bg_nodes_comm_unique": None,
+                "system_nodes": n_t}
+    if n_t == 0:
+        raise ParseError(topo.source, "topology has no compute nodes: background traffic needs N_t > 0")
+    running = background.running_at(jobs, me["start"], exclude_job=me["job_id"])
+    b = background.background_traffic(running, n_t, system_nodes=topo.compute_nodes)
+    return {"bg_traffic": b["b"], "bg_nodes_alloc": b["n_a"], "bg_nodes_comm": b["n_c_prime"],
+            "bg_nodes_comm_unique": b["n_c"], "system_nodes": n_t}
+
+
 def _job_from_manifest(run_dir: Path, meta: dict) -> pd.Series:
     """Our job as the manifest records it, for runs without a batch scheduler's accounting
     (ReFrame's local scheduler): there is no sacct, so no neighbourhood either."""
@@ -222,6 +237,7 @@ def collate_run(run_dir: Path, system: SystemInfo, topo: Topology, meta: dict) -
         raise ParseError(sacct_path, f"job {me['job_id']} has nodes not in the topology: "
                                      f"{hostlist.collect_hostlist(unknown[:10])}", int(me["line"]))
     place = topo.placement(nodes)
+    traffic = _background(jobs, me, topo)
     my_routers, my_groups = topo.routers_of(nodes), topo.groups_of(nodes)
     neigh = (neighbourhood(jobs, me, topo, my_routers, my_groups, me["end"]) if jobs is not None
              else pd.DataFrame(columns=["job_id", "user", "num_nodes", "overlap_s", "shared_groups", "shared_routers"])
@@ -230,7 +246,7 @@ def collate_run(run_dir: Path, system: SystemInfo, topo: Topology, meta: dict) -
         "run_id": run_id, "system": system.name, "app": meta["app"], "dataset": meta["dataset"],
         "input": meta.get("input"), "num_nodes": int(meta["num_nodes"]), "job_id": str(me["job_id"]),
         "user": me.get("user"), "submit": me.get("submit"), "start": me["start"], "end": me["end"],
-        "elapsed_s": me.get("elapsed_s"), "state": me["state"], "node_list": nodes, **place,
+        "elapsed_s": me.get("elapsed_s"), "state": me["state"], "node_list": nodes, **place, **traffic,
         "software": meta.get("software"), "container": meta.get("container"),
         "raw_dir": str(run_dir.relative_to(run_dir.parents[1])),
     }
@@ -281,8 +297,8 @@ def system_counters(ldms_dir: Path, topo: Topology, runs: list[RunData], result:
     windows = []
     for k, rd in enumerate(runs):
         s = rd.steps
-        if s["start"].isna().any():
-            continue  # untimestamped steps cannot be matched to monitoring data
+        if s.empty or s["start"].isna().any():
+            continue  # no steps (microbenchmarks), or untimestamped ones: nothing to match to monitoring
         epoch = pd.Timestamp(0, tz="UTC")
         windows.append((k, (s["start"] - epoch).dt.total_seconds().to_numpy(),
                         (s["end"] - epoch).dt.total_seconds().to_numpy(), s["step"].to_numpy()))

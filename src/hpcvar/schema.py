@@ -70,6 +70,20 @@ RUNS = Table(
         _c("num_routers", pa.int32(), "Distinct routers the job's nodes attach to (NUM_ROUTERS).", False),
         _c("num_groups", pa.int32(), "Distinct dragonfly groups of the job's nodes (NUM_GROUPS).", False),
         _c("locality", pa.string(), "Placement class: single-router, single-group, min-groups, fragmented.", False),
+        _c("locality_dfplus", pa.string(), "Dragonfly+ locality class: same-group, same-island (several groups of one "
+                                           "island) or different-islands; without islands in the topology every group "
+                                           "is its own island, so same-island cannot occur. Null only in parts "
+                                           "collated before the column existed."),
+        _c("bg_traffic", pa.float64(), "Background traffic estimate b = (N_c/N_t)(N'_c/N_a)100 in [0, 100] at the "
+                                       "job's start (Salimi Beni 2022; hpcvar.background); null without sacct "
+                                       "(ReFrame's local scheduler) and in parts collated before the column existed."),
+        _c("bg_nodes_alloc", pa.int32(), "N_a: nodes of all other jobs running at the job's start, with "
+                                         "multiplicity (a node shared by two jobs counts twice); null without sacct."),
+        _c("bg_nodes_comm", pa.int32(), "N'_c: nodes of those jobs that communicate (run on >= 2 nodes), with "
+                                        "multiplicity; null without sacct."),
+        _c("bg_nodes_comm_unique", pa.int32(), "N_c: distinct nodes of the communicating jobs; null without sacct."),
+        _c("system_nodes", pa.int32(), "N_t: compute nodes of the system (topology nodes with role compute); "
+                                       "null only in parts collated before the column existed."),
         _c("software", pa.string(), "Software provenance: source version or build spec."),
         _c("container", pa.string(), "Container image digest when run in Apptainer, else null."),
         _c("raw_dir", pa.string(), "Run directory the row was collated from, relative to the raw campaign dir."),

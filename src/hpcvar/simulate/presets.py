@@ -65,6 +65,9 @@ class Preset:
     nodes_per_router: int = 4
     io_groups: int = 5              # groups that host I/O (LNET) routers
     io_routers_per_group: int = 4
+    # Dragonfly+ islands: consecutive groups per island (0: none, every group its own island);
+    # the paper preset's 34 groups make five islands of 6 and one of 4.
+    groups_per_island: int = 6
     # Campaign.
     start: str = "2018-12-01T00:00:00"
     days: int = 150
@@ -89,6 +92,13 @@ class Preset:
     # Share of runs profiled with mpiP (every k-th run of each dataset). A 512-node run's report
     # lists 32,768 ranks (~13 MB), so campaigns profile a sample of runs rather than all of them.
     mpip_fraction: float = 1.0
+    # Collectives microbenchmark runs (simulate/microbench.py): nodes per run (0: none), runs per
+    # day, timed iterations per operation; and the day (0-based) of a planted system upgrade that
+    # changes the shape of their latency distribution but not its mean (-1: no upgrade).
+    microbenchmark_nodes: int = 16
+    microbenchmark_runs_per_day: int = 4
+    microbenchmark_iterations: int = 200
+    upgrade_day: int = -1
 
     @property
     def all_datasets(self) -> tuple[DatasetSpec, ...]:
@@ -101,11 +111,11 @@ class Preset:
 
 PRESETS = {
     # The main job's default: all six datasets on a smaller machine over two weeks (~130 runs).
-    "demo": Preset("demo", groups=12, rows=4, cols=12, io_groups=2, io_routers_per_group=2, days=15,
-                   users=36, large_users=12, culprit_pool=4, ldms_interval=10.0, ldms_sys_routers=24,
-                   mpip_fraction=0.34),
+    "demo": Preset("demo", groups=12, rows=4, cols=12, io_groups=2, io_routers_per_group=2, groups_per_island=3,
+                   days=15, users=36, large_users=12, culprit_pool=4, ldms_interval=10.0, ldms_sys_routers=24,
+                   mpip_fraction=0.34, upgrade_day=10),
     # The paper's scale: Cori-like machine, >= 1,200 runs, plus one 620-step MILC run.
-    "paper": Preset("paper", extra_datasets=(LONG_MILC,), mpip_fraction=0.05, ldms_interval=10.0,
+    "paper": Preset("paper", extra_datasets=(LONG_MILC,), mpip_fraction=0.05, ldms_interval=10.0, upgrade_day=100,
                     ldms_sys_routers=24),
 }
 

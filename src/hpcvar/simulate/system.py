@@ -27,7 +27,8 @@ def build_topology(p: Preset) -> Topology:
 
     Routers are named like Cray XC blades (cname without the node), so a router name says where
     it sits; the first ``io_routers_per_group`` routers of the first ``io_groups`` groups serve
-    I/O nodes.
+    I/O nodes. Every ``groups_per_island`` consecutive groups form a Dragonfly+ island (``i0``,
+    ``i1``, ...; the last may be smaller); with 0 there is no island column.
     """
     rows = []
     nid = 0
@@ -39,8 +40,10 @@ def build_topology(p: Preset) -> Topology:
                 for n in range(p.nodes_per_router):
                     rows.append((f"nid{nid:05d}", router, f"g{g}", "io" if io else "compute", r, c, f"{router}n{n}"))
                     nid += 1
-    return Topology(pd.DataFrame(rows, columns=["node", "router", "group", "role", "row", "col", "cname"]),
-                    nodes_per_router=p.nodes_per_router, source="simulated")
+    table = pd.DataFrame(rows, columns=["node", "router", "group", "role", "row", "col", "cname"])
+    if p.groups_per_island > 0:
+        table.insert(3, "island", "i" + (table["group"].str[1:].astype(int) // p.groups_per_island).astype(str))
+    return Topology(table, nodes_per_router=p.nodes_per_router, source="simulated")
 
 
 @dataclass
