@@ -21,7 +21,7 @@ import mlflow
 import pandas as pd
 
 EXPERIMENTS = {"neighbourhood": "hpcvar-neighbourhood", "deviation": "hpcvar-deviation",
-               "forecast": "hpcvar-forecast"}
+               "forecast": "hpcvar-forecast", "distributions": "hpcvar-distributions"}
 
 
 def default_store(dataset_dir: str | Path) -> Path:
