@@ -21,5 +21,6 @@ rule all:
         f"{RESULTS}/analyses/neighbourhood/summary.json",
         f"{RESULTS}/analyses/deviation/summary.json",
         f"{RESULTS}/analyses/forecast/summary.json",
+        f"{RESULTS}/analyses/distributions/summary.json",
         f"{RESULTS}/report.html",
     default_target: True

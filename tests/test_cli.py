@@ -76,8 +76,8 @@ def test_simulate_collate_summary(tmp_path):
     out = run("collate", raw, "--out", ds, "--summary", tmp_path / "summary.txt", env=env)
     assert out.returncode == 0, out.stderr
     truth = json.loads((raw / "truth.json").read_text())
-    n = sum(d["runs"] - d["failed_runs"] for d in truth["datasets"].values())
-    assert f"collated {n} new runs" in out.stdout
+    n = sum(d["runs"] - d["failed_runs"] for d in truth["datasets"].values()) + len(truth["microbenchmarks"]["runs"])
+    assert truth["microbenchmarks"]["runs"] and f"collated {n} new runs" in out.stdout
     summary = (tmp_path / "summary.txt").read_text()
     assert f"{n} runs in" in summary and "slowest_fastest" in summary
     again = run("collate", raw, "--out", ds, env=env)

@@ -22,7 +22,7 @@ def test_sections_without_analyses_say_so(campaign, tmp_path):
     c = campaign("demo", 0, 15)
     result = build(c.dataset, tmp_path / "report.html", figures_dir=tmp_path / "figures")
     secs = result["sections"]
-    for name in ("neighbourhood", "deviation", "forecast", "distributions"):
+    for name in ("neighbourhood", "deviation", "forecast", "background", "distributions", "regression"):
         assert secs[name]["empty"] and not secs[name]["figures"], name
     runs = pd.read_parquet(c.dataset / "runs")
     datasets = sorted(runs["dataset"].unique())
@@ -30,7 +30,8 @@ def test_sections_without_analyses_say_so(campaign, tmp_path):
     assert len(secs["campaign"]["figures"]) == 2
     assert {Path(f).parent.name for f in secs["placement"]["figures"]} == set(datasets)
     html = (tmp_path / "report.html").read_text()
-    assert "No neighbourhood analysis summary" in html and "No data: this campaign has no microbenchmark" in html
+    assert "No neighbourhood analysis summary" in html and "No distributions analysis summary" in html
+    assert "No data: no regression check was configured" in html
     # The campaign reading quotes the same ratio summary.txt shows.
     ratio = (runs.groupby("dataset")["total_time_s"].max() / runs.groupby("dataset")["total_time_s"].min())
     assert f"the slowest run took {ratio.max():.2f}x as long as the fastest" in html
@@ -118,10 +119,7 @@ def test_report_loads_without_errors_and_every_section_has_figures(page, main_jo
             assert "sqlite:///" in text and "mlflow ui --backend-store-uri" in text and "snakemake" in text
             assert "preset: demo" in text  # the configuration the run used
             continue
-        if sec.locator("[data-empty]").count():
-            assert sid == "distributions"  # the only section the demo campaign has no data for
-            assert "No data" in sec.inner_text()
-            continue
+        assert not sec.locator("[data-empty]").count(), sid  # the demo campaign has data for every section
         imgs = sec.locator("figure img")
         assert imgs.count() >= 1, sid
         # Every figure decoded to a real picture (a broken SVG has naturalWidth 0).

@@ -23,7 +23,9 @@ def cmd_simulate(a) -> int:
 
     truth = simulate(a.preset, seed=a.seed, out=a.out, overrides=_kv(a.set))
     runs = sum(d["runs"] for d in truth["datasets"].values())
-    print(f"simulated {runs} runs of {len(truth['datasets'])} datasets on '{truth['system']}' -> {a.out}")
+    mb = truth.get("microbenchmarks")
+    extra = f" and {len(mb['runs'])} runs of the {mb['dataset']} microbenchmark" if mb else ""
+    print(f"simulated {runs} runs of {len(truth['datasets'])} datasets{extra} on '{truth['system']}' -> {a.out}")
     return 0
 
 
@@ -102,6 +104,17 @@ def yaml_value(text: str):
     import yaml
 
     return yaml.safe_load(text)
+
+
+def cmd_compare(a) -> int:
+    from hpcvar.analyses import compare
+    from hpcvar.parsers.errors import ParseError
+
+    try:
+        return compare.run(a)
+    except (ParseError, compare.BadInput) as exc:
+        print(f"hpcvar compare: {exc}", file=sys.stderr)
+        return 2
 
 
 def cmd_report(a) -> int:
@@ -212,6 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
         "neighbourhood": "rank users whose concurrent large jobs go with slow runs (mutual information, Pearson)",
         "deviation": "rank counters explaining per-step deviations (LightGBM + RFE in grouped CV)",
         "forecast": "forecast the next k steps from the last m (attention model vs baselines)",
+        "distributions": "PDFs/CDFs, modes (dip test) and cycle minima of step times and latencies (Confidence)",
     }
     for name, text in analyses.items():
         s = sub.add_parser(name, help=text, description=f"{text}. Logs to MLflow and writes OUT/summary.json.")
@@ -221,6 +235,54 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                        help="override one setting, e.g. --set folds=5 (value is YAML; repeatable)")
         s.set_defaults(func=cmd_analysis)
+
+    s = sub.add_parser("compare", help="did an upgrade change performance? compare distributions BEFORE and AFTER",
+                       description="Per (test, variable): KS, Anderson-Darling, Brown-Forsythe (Holm-corrected over "
+                                   "all pairs), median shift with bootstrap CI, spread and modes -> unchanged, faster, "
+                                   "slower or changed shape. Exit 0: no regression, 1: regression (--fail-on), "
+                                   "2: bad input.")
+    s.add_argument("before_source", metavar="BEFORE",
+                   help="samples file (CSV/Parquet: test,variable,value[,unit,better,group]), dataset directory, "
+                        "or reframe:UUID[,UUID...] (stored ReFrame sessions)")
+    s.add_argument("after_source", metavar="AFTER", nargs="?",
+                   help="the same kinds; omit it to compare two date ranges of one dataset directory")
+    s.add_argument("--before", metavar="RANGE", help="dataset runs started in START..END (dates or ISO times, UTC, "
+                                                     "inclusive), e.g. 2026-01-01..2026-01-15")
+    s.add_argument("--after", metavar="RANGE", help="dataset runs started in this range, e.g. 2026-01-16..2026-02-01")
+    s.add_argument("--reference", metavar="SOURCE|RANGE",
+                   help="an earlier baseline drawn beside BEFORE and AFTER in the figures (the paper's ORIG)")
+    s.add_argument("--out", help="directory for compare.csv, summary.json and figures/ (default: print only)")
+    s.add_argument("--alpha", type=float, default=0.05,
+                   help="chance of any false alarm over all pairs (Holm), and CI level 1-alpha (default 0.05)")
+    s.add_argument("--min-effect", type=float, default=2.0, metavar="PCT",
+                   help="smallest median shift (%% of BEFORE's median) called faster/slower (default 2)")
+    s.add_argument("--min-spread", type=float, default=25.0, metavar="PCT",
+                   help="smallest IQR change (%%) called a changed shape (default 25)")
+    s.add_argument("--min-mode-weight", type=float, default=0.05,
+                   help="smallest share of samples in a mode that appeared or vanished (default 0.05)")
+    s.add_argument("--min-samples", type=int, default=5, help="samples needed on each side (default 5)")
+    s.add_argument("--fail-on", default="slower,changed-shape",
+                   help="verdicts that make the exit code 1: slower, faster, changed-shape, not-compared, or none "
+                        "(default slower,changed-shape)")
+    s.add_argument("--higher-is-better", action="append", default=[], metavar="VAR",
+                   help="variable (shell pattern) where higher is better (repeatable; default lower, or higher "
+                        "for rate units such as GB/s)")
+    s.add_argument("--lower-is-better", action="append", default=[], metavar="VAR",
+                   help="variable (shell pattern) where lower is better (repeatable)")
+    s.add_argument("--reframe-config", default="config/reframe/settings.py",
+                   help="ReFrame configuration whose results database holds the sessions (honours HPCVAR_RFM_DB)")
+    s.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples for the shift's CI (default 1000)")
+    s.add_argument("--max-samples", type=int, default=20000,
+                   help="samples per side used for the bootstrap and mode detection (default 20000)")
+    s.add_argument("--independent", action="store_true",
+                   help="treat the steps or iterations of a run as independent samples (as Confidence pools one "
+                        "long run); default: test by exchanging whole runs")
+    s.add_argument("--permutations", dest="n_perm", type=int, default=9999,
+                   help="run exchanges tried per pair (default 9999, at least 6 x pairs / alpha; all of them "
+                        "when fewer; pairs far from significance stop early)")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--no-figures", action="store_true", help="skip the per-pair SVG figures")
+    s.set_defaults(func=cmd_compare)
 
     s = sub.add_parser("report", help="write the self-contained HTML report for facility staff",
                        description="One HTML file (figures inline, works offline) from the dataset and the "

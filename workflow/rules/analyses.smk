@@ -1,6 +1,7 @@
-# The three analyses of Bhatele et al. Section IV-V. Each reads the collated dataset, logs to the
-# MLflow store beside it (results/mlflow.db) and writes results/analyses/<analysis>/summary.json
-# with its tables and figures. Settings come from the `analyses:` section of the config.
+# The three analyses of Bhatele et al. Section IV-V and Confidence-style distributions. Each reads
+# the collated dataset, logs to the MLflow store beside it (results/mlflow.db) and writes
+# results/analyses/<analysis>/summary.json with its tables and figures. Settings come from the
+# `analyses:` section of the config; the regression check (compare) from `compare:`.
 
 
 rule neighbourhood:
@@ -52,3 +53,45 @@ rule forecast:
         "../envs/hpcvar.yaml"
     shell:
         "{params.hpcvar} forecast {input.dataset} --out {params.out} {params.settings} > {log} 2>&1"
+
+
+rule distributions:
+    input:
+        dataset=f"{RESULTS}/dataset",
+    output:
+        summary=f"{RESULTS}/analyses/distributions/summary.json",
+    params:
+        hpcvar=HPCVAR,
+        out=lambda wildcards, output: os.path.dirname(output.summary),
+        settings=analysis_settings("distributions"),
+    log:
+        f"{RESULTS}/logs/distributions.log",
+    conda:
+        "../envs/hpcvar.yaml"
+    shell:
+        "{params.hpcvar} distributions {input.dataset} --out {params.out} {params.settings} > {log} 2>&1"
+
+
+rule compare:
+    input:
+        dataset=f"{RESULTS}/dataset",
+    output:
+        summary=f"{RESULTS}/analyses/compare/summary.json",
+    params:
+        hpcvar=HPCVAR,
+        out=lambda wildcards, output: os.path.dirname(output.summary),
+        before=COMPARE[0] if COMPARE else "",
+        after=COMPARE[1] if COMPARE else "",
+        alpha=config["compare"]["alpha"],
+        min_effect=config["compare"]["min_effect"],
+        min_spread=config["compare"]["min_spread"],
+    log:
+        f"{RESULTS}/logs/compare.log",
+    conda:
+        "../envs/hpcvar.yaml"
+    shell:
+        # Exit code 1 means "regression found": a finding for the report, not a failed step
+        # (bad input, exit 2, still fails). Gate a maintenance window with the command itself.
+        "{params.hpcvar} compare {input.dataset} --before {params.before} --after {params.after}"
+        " --alpha {params.alpha} --min-effect {params.min_effect} --min-spread {params.min_spread}"
+        " --out {params.out} > {log} 2>&1 || [ $? -eq 1 ]"

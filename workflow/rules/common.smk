@@ -31,6 +31,35 @@ def analysis_settings(name, **extra):
     return " ".join(shlex.quote(f"--set={k}={json.dumps(v)}") for k, v in settings.items())
 
 
+def compare_windows():
+    """The `compare:` date ranges (before, after), or None when there is nothing to compare.
+
+    With the simulator and no ranges set, the check splits the campaign at the simulated
+    upgrade (preset field upgrade_day), the change it planted in the microbenchmark latencies.
+    """
+    c = config["compare"]
+    if c.get("before") and c.get("after"):
+        return c["before"], c["after"]
+    if c.get("before") or c.get("after"):
+        raise ValueError("compare: set both before and after (START..END), or neither")
+    if config["source"] != "simulate":
+        return None
+    import datetime as dt
+
+    from hpcvar.simulate.presets import get_preset
+
+    p = get_preset(config["simulate"]["preset"], config["simulate"]["overrides"])
+    if not 0 < p.upgrade_day < p.days or p.microbenchmark_nodes == 0:
+        return None
+    first = dt.date.fromisoformat(p.start[:10])
+    upgrade = first + dt.timedelta(days=p.upgrade_day)
+    last = first + dt.timedelta(days=p.days - 1)
+    return f"{first}..{upgrade - dt.timedelta(days=1)}", f"{upgrade}..{last}"
+
+
+COMPARE = compare_windows()
+
+
 # --- campaigns (source: campaign) ---------------------------------------------------------------
 
 def campaign_rounds():

@@ -452,6 +452,29 @@ def read_confidence_samples(path: str | Path) -> pd.DataFrame:
     return _read(path, KIND_CONFIDENCE_SAMPLES)
 
 
+def write_collectives(path: str | Path, frame: pd.DataFrame, *, hosts: Sequence[str], start_epoch: float,
+                      mpi_library: str, warmup: int = 10) -> None:
+    """Write an hpcvar-collectives file (format v1) as the C benchmark does, for the simulator.
+
+    ``frame`` has the header row's columns, one row per collective, size and iteration in the
+    benchmark's order; the metadata (iterations, sizes, collectives) is derived from it.
+    """
+    cols = list(_COLUMNS[KIND_COLLECTIVES])
+    missing = set(cols) - set(frame.columns)
+    if missing:
+        raise ValueError(f"collectives frame lacks columns {sorted(missing)}")
+    iterations = int(frame.groupby(["collective", "size_bytes"]).size().iloc[0])
+    lines = ["# hpcvar collectives v1", f"# nranks={len(hosts)}", f"# hosts={','.join(hosts)}",
+             f"# mpi_library={mpi_library}", f"# start_epoch={start_epoch:.6f}", "# start_wtime=0.000000000",
+             "# wtick=1e-09", f"# iterations={iterations}", f"# warmup={warmup}",
+             f"# sizes={','.join(str(s) for s in pd.unique(frame['size_bytes']))}",
+             f"# collectives={','.join(pd.unique(frame['collective']))}", ",".join(cols)]
+    body = frame[cols].to_csv(header=False, index=False, float_format="%.3f", lineterminator="\n")
+    tmp = Path(path).with_suffix(".csv.tmp")
+    tmp.write_text("\n".join(lines) + "\n" + body)
+    tmp.replace(path)
+
+
 def _iso(epoch: float | None) -> str | None:
     return None if epoch is None else datetime.fromtimestamp(epoch, tz=timezone.utc).isoformat()
 

@@ -21,8 +21,8 @@ from hpcvar.report import figures as F
 from hpcvar.summary import dataset_summary
 
 #: Section ids, in report order (the browser test and the Snakemake categories use them).
-SECTIONS = ("campaign", "datasets", "neighbourhood", "deviation", "forecast", "placement", "distributions",
-            "provenance")
+SECTIONS = ("campaign", "datasets", "neighbourhood", "deviation", "forecast", "placement", "background",
+            "distributions", "regression", "provenance")
 
 VERSIONS = ("hpcvar", "snakemake", "reframe-hpc", "pandas", "pyarrow", "scikit-learn", "lightgbm", "torch",
             "pytorch-lightning", "mlflow", "matplotlib")
@@ -76,6 +76,26 @@ class Section:
     @property
     def figures(self) -> list[Figure]:
         return [f for p in self.parts for f in p.figures]
+
+
+def _slug(*parts) -> str:
+    from hpcvar.analyses.distributions import _slug as slug
+
+    return slug(*parts)
+
+
+def _stats_row(d: dict) -> dict:
+    """One table row of a ``describe`` block of the distributions analysis."""
+    m = d.get("moments_about_min") or {}
+    return {"n": d["n"], "min": d["min"], "median": d["median"], "mean": d["mean"], "std": d["std"],
+            "skew": d["skew"], "kurtosis": d["excess_kurtosis"], "p99": d["p99"], "m1_min": m.get("m1"),
+            "m2_min": m.get("m2"), "modes": len(d["modes"]), "dip_p": d["dip_pvalue"]}
+
+
+def _modes_text(d: dict) -> str:
+    if len(d["modes"]) < 2:
+        return "one performance mode"
+    return f"{len(d['modes'])} modes: " + ", ".join(f"{m['location']:.3g} ({m['weight']:.0%})" for m in d["modes"])
 
 
 def _pct(v) -> str:
@@ -364,27 +384,141 @@ class Builder:
             "that can hold the job, or fragmented). A weak correlation here with strong neighbourhood or counter "
             "signals means the slowdown came from other jobs' traffic, not from the job's own spread."), parts)
 
-    def distributions(self) -> Section:
-        sec = Section("distributions", "Latency distributions and regression checks")
-        latency = self.ds.read("latency")
-        if latency.empty:
-            sec.empty = ("No data: this campaign has no microbenchmark per-iteration latencies and no "
-                         "`hpcvar compare` verdicts. The section fills in when the dataset has them.")
+    def background(self) -> Section:
+        sec = Section("background", "Background traffic and locality")
+        s = self.summary("distributions")
+        if not s or not s["datasets"]:
+            sec.empty = self.no_analysis("distributions", s)
             return sec
-        for bench in sorted(latency["benchmark"].unique()):
-            path, stats = F.latency_ecdf(latency, bench, self.path("distributions", bench, "ecdf"))
-            worst = stats.assign(tail=stats["p99_us"] / stats["median_us"]).sort_values("tail").iloc[-1]
-            runs = latency.loc[latency["benchmark"] == bench, "run_id"].nunique()
-            sec.parts.append(Part(bench, figures=[self.figure("distributions", bench, "ecdf",
-                                                              "Distribution of every timed operation", path)],
-                                  tables=[Table("Per operation and size, over all runs", stats,
-                                                {"median_us": "{:.3f}", "p99_us": "{:.3f}", "max_us": "{:.3f}"})],
-                                  reading=(f"{len(latency[latency['benchmark'] == bench]):,} timed operations from "
-                                           f"{runs} runs. The longest tail relative to the median is {worst['operation']} "
-                                           f"at {worst['size_bytes']} B: the 99th percentile is "
-                                           f"{worst['tail']:.1f}x the median.")))
-        sec.reading = ("Every timed operation of the MPI microbenchmarks, not only averages: a shift of the "
-                       "whole curve is a slower network, a longer upper tail is interference.")
+        if "bg_traffic" not in self.runs or self.runs["bg_traffic"].isna().all():
+            sec.empty = ("No data: no run has a sacct snapshot of the other jobs at its start (runs of ReFrame's "
+                         "local scheduler), so the background-traffic estimate b is unknown.")
+            return sec
+        for name, d in s["datasets"].items():
+            c = d.get("conditions")
+            if not c or not c["groups"]:
+                continue
+            groups = pd.DataFrame(c["groups"])
+            part = Part(name)
+            first = groups["variable"].iloc[0]
+            for cond, what in (("b", "background traffic b"), ("locality", "locality")):
+                fig = self.copy_figure("background", name, f"by_{cond}_{_slug(first)}",
+                                       f"{first} by {what}",
+                                       self.analyses_dir / "distributions" / name / f"by_{cond}_{_slug(first)}.svg")
+                if fig:
+                    part.figures.append(fig)
+            cols = [c_ for c_ in ("variable", "condition", "group", "b_lower", "b_upper", "runs", "n", "median",
+                                  "p95", "p99") if c_ in groups]
+            part.tables.append(Table(f"Per b bucket and locality class ({c['unit']})", groups[cols],
+                                     {k: "{:,.3g}" for k in ("b_lower", "b_upper", "median", "p95", "p99")}))
+            sp = c["spearman_b_p95"].get(first) or {}
+            loc = groups[(groups["variable"] == first) & (groups["condition"] == "locality")].set_index("group")
+            text = (f"b from {c['runs_with_b']} runs' sacct snapshots, buckets at "
+                    f"{', '.join(f'{e:.0f}' for e in c['b_edges'])}. ")
+            if sp.get("rho") is not None:
+                text += (f"For {first}, the Spearman correlation of b with a run's 95th percentile is "
+                         f"{sp['rho']:.2f} (p = {sp['p']:.2g})")
+                if sp.get("rho_within_locality") is not None:
+                    text += (f", {sp['rho_within_locality']:.2f} (p = {sp['p_within_locality']:.2g}) relative to "
+                             "runs of the same locality class")
+                text += ". "
+            if len(loc) > 1:
+                text += "Median by locality: " + ", ".join(f"{g} {r['median']:,.3g}" for g, r in loc.iterrows()) + "."
+            part.reading = text
+            sec.parts.append(part)
+        if not sec.parts:
+            sec.empty = "No data: the distributions analysis found no run with a background-traffic estimate."
+        sec.reading = ("Salimi Beni et al.'s estimate of the network traffic of other jobs from the scheduler alone, "
+                       "b = (N_c / N_t) x (N'_c / N_a) x 100, from the jobs running at each run's start (jobs on two "
+                       "nodes or more count as communicating), and the Dragonfly+ locality of the run's nodes (one "
+                       "group, one island, different islands). Longer tails at high b mean interference; slower runs "
+                       "on less local placements mean the job's own traffic crossed more of the network.")
+        return sec
+
+    def distributions(self) -> Section:
+        sec = Section("distributions", "Latency and step-time distributions")
+        s = self.summary("distributions")
+        if not s or not s["datasets"]:
+            sec.empty = self.no_analysis("distributions", s)
+            return sec
+        base = self.analyses_dir / "distributions"
+        for name, d in s["datasets"].items():
+            part = Part(name)
+            rows = []
+            if d["kind"] == "application":
+                st = d.get("step_ratio")
+                if st:
+                    rows.append({"variable": "step time / step median", **_stats_row(st)})
+                    fig = self.copy_figure("distributions", name, "step_ratio", "Step times relative to the same "
+                                           "step's median", base / name / "step_ratio.svg")
+                    part.figures += [fig] if fig else []
+                    part.reading = (f"Step times span {st['p01']:.2f}x to {st['p99']:.2f}x of the same step's median "
+                                    f"(1st to 99th percentile; skew {st['skew']:.1f}); "
+                                    + _modes_text(st) + ".")
+            else:
+                for g in d.get("latency", []):
+                    rows.append({"variable": f"{g['benchmark']} {g['operation']} {g['size_bytes']} B",
+                                 **_stats_row(g)})
+                    fname = f"latency_{_slug(g['benchmark'], g['operation'], g['size_bytes'])}"
+                    fig = self.copy_figure("distributions", name, fname,
+                                           f"{g['operation']} {g['size_bytes']} B: PDF and CDF", base / name / f"{fname}.svg")
+                    part.figures += [fig] if fig else []
+                for kind, title in (("timer", "Timer cost (calibration)"), ("pairwise", "Pairwise latency histograms")):
+                    fig = self.copy_figure("distributions", name, f"{kind}_histogram", title,
+                                           base / name / f"{kind}_histogram.svg")
+                    part.figures += [fig] if fig else []
+                multi = [r["variable"] for r in rows if r["modes"] > 1]
+                part.reading = (f"{len(rows)} operations and sizes; "
+                                + (f"several performance modes in {', '.join(multi)}" if multi else
+                                   "each has a single performance mode (dip test)") + ". ")
+                timer = (d.get("histograms") or {}).get("timer")
+                if timer and "share_first_bin" in timer:
+                    part.reading += f"{timer['share_first_bin']:.1%} of timer calls fall in the first bin."
+            rt = d["run_time_s"]
+            rows.append({"variable": "run time (s)", **_stats_row(rt)})
+            part.tables.append(Table("Summary and higher-order statistics (moments about the minimum: m2 = mean of "
+                                     "(x - min)^2)", pd.DataFrame(rows),
+                                     {k: "{:,.4g}" for k in ("min", "median", "mean", "std", "skew", "kurtosis", "p99",
+                                                             "m1_min", "m2_min", "dip_p")}))
+            sec.parts.append(part)
+        sec.reading = ("Confidence-style distributions (Settlemyer et al.): the whole PDF and CDF over logarithmic bins, "
+                       "not only a mean, with skew, kurtosis and moments about the observed minimum (latency has a "
+                       "hard lower bound). A sample is called multimodal only when Hartigan's dip test rejects a single "
+                       "mode; the modes' locations and weights come from a kernel density estimate.")
+        return sec
+
+    def regression(self) -> Section:
+        sec = Section("regression", "Regression check: before and after a change")
+        s = self.summary("compare")
+        if not s:
+            sec.empty = ("No data: no regression check was configured (set compare.before and compare.after, or run "
+                         "`hpcvar compare BEFORE AFTER --out results/analyses/compare`).")
+            return sec
+        pairs = pd.DataFrame(s["pairs"])
+        cols = [c for c in ("test", "variable", "verdict", "n_before", "n_after", "median_before", "median_after",
+                            "shift_pct", "iqr_ratio", "modes_before", "modes_after", "p_holm") if c in pairs]
+        flagged = pairs[pairs["verdict"] != "unchanged"]
+        part = Part("All tests", tables=[Table("Verdict per test and variable", pairs[cols],
+                                               {"median_before": "{:,.4g}", "median_after": "{:,.4g}",
+                                                "shift_pct": "{:+.1f}%", "iqr_ratio": "{:.2f}", "p_holm": "{:.2g}"})])
+        for r in flagged.itertuples():
+            if r.figure:
+                fig = self.copy_figure("regression", r.test, _slug(r.variable), f"{r.test} {r.variable}: {r.verdict}",
+                                       self.analyses_dir / "compare" / r.figure)
+                part.figures += [fig] if fig else []
+        counts = pairs["verdict"].value_counts().to_dict()
+        b, a = s.get("before", {}), s.get("after", {})
+        part.reading = (f"Runs started {b.get('range') or b.get('source')} against {a.get('range') or a.get('source')}: "
+                        + ", ".join(f"{n} {v}" for v, n in counts.items()) + ". "
+                        + (" ".join(f"{r.test} {r.variable}: {r.reason}." for r in flagged.itertuples()) if len(flagged)
+                           else "No test changed."))
+        sec.parts.append(part)
+        sec.reading = ("The post-upgrade check (`hpcvar compare`): per test and variable, distribution tests "
+                       "(Kolmogorov-Smirnov, Anderson-Darling, Brown-Forsythe, exchanging whole runs when samples come "
+                       "in runs, Holm-corrected) and effect sizes decide unchanged, faster, slower or changed shape -- "
+                       "the same mean with a different spread or new modes, as after the Jaguar SeaStar upgrade. "
+                       "Application run times also move with who else was running: read a verdict on them with the "
+                       "neighbourhood section.")
         return sec
 
     def provenance(self, config_text: str | None) -> dict:
@@ -424,7 +558,7 @@ def build(dataset_dir, out_html, analyses_dir=None, figures_dir=None, config_fil
         shutil.rmtree(figures_dir)  # figures of datasets no longer present must not linger
     b = Builder(dataset_dir, analyses_dir, figures_dir, pseudo)
     sections = [b.campaign(), b.datasets(), b.neighbourhood(), b.deviation(), b.forecast(), b.placement(),
-                b.distributions()]
+                b.background(), b.distributions(), b.regression()]
     config_text = Path(config_file).read_text() if config_file else None
     prov = b.provenance(config_text)
     env = jinja2.Environment(loader=jinja2.PackageLoader("hpcvar.report", "templates"),

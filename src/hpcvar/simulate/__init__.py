@@ -13,6 +13,8 @@
     out/runs/<run_id>/<app>.<ntasks>.<pid>.1.mpiP  mpiP report
     out/runs/<run_id>/sacct.txt           sacct -P --allusers for the run's window
     out/runs/<run_id>/manifest.json       written last: ids, times, nodes, checksums
+    out/runs/<run_id>/hpcvar-collectives.csv   microbenchmark runs (simulate/microbench.py) instead of
+                                          stdout steps, counters and mpiP
 
 Everything downstream reads these files back through :mod:`hpcvar.parsers`.
 """
@@ -34,6 +36,7 @@ from hpcvar.parsers import apps, ldms, mpip, reframe, sacct
 from hpcvar.parsers import counters as counter_files
 from hpcvar.progress import Progress
 from hpcvar.simulate import model
+from hpcvar.simulate.microbench import MicrobenchmarkRuns
 from hpcvar.simulate.presets import DatasetSpec, Preset, get_preset
 from hpcvar.simulate.system import build_topology, make_background_jobs, make_users, schedule
 
@@ -171,6 +174,10 @@ class _Campaign:
         oracle = pd.DataFrame(self._oracle, columns=["run_id", "dataset", "t_c", "k", "oracle_s", "actual_s"])
         oracle.to_parquet(out / "truth_oracle.parquet", index=False)
         truth = self.truth(truth_runs, profiles, oracle)
+        if p.microbenchmark_nodes > 0:
+            upgrade_t = self.t0 + p.upgrade_day * 86400 if 0 <= p.upgrade_day < p.days else None
+            truth["microbenchmarks"] = MicrobenchmarkRuns(self, jobs, self.seed).run(
+                self.write_sacct, write_manifest, upgrade_t)
         (out / "truth.json").write_text(json.dumps(truth, indent=1))
         return truth
 
