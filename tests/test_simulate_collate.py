@@ -400,3 +400,22 @@ def test_provenance_missing_from_the_manifest_comes_from_the_perflog(small_raw, 
     runs = Dataset(tmp_path / "dataset").read("runs").set_index("run_id")
     # The application's version from the perflog's `software` field, not ReFrame's own `version`.
     assert runs.loc[run.name, "software"] == meta["software"] != "4.10.4"
+
+
+def test_a_run_shorter_than_a_second_still_has_neighbours():
+    """sacct records whole seconds: a run that started and ended in the same second has every job
+    running in that second as neighbour, but not jobs that ended before or started after it."""
+    from hpcvar.collate import neighbourhood
+    from hpcvar.topology import Topology
+
+    t = pd.Timestamp("2026-11-22T14:50:02", tz="UTC")
+    topo = Topology(pd.DataFrame({"node": ["n1", "n2"], "router": ["r1", "r2"], "group": ["g1", "g1"]}))
+    jobs = pd.DataFrame({
+        "job_id": ["265", "266", "100", "300"], "step": [None] * 4, "user": ["other", "me", "early", "late"],
+        "start": [t, t, t - pd.Timedelta(60, "s"), t + pd.Timedelta(1, "s")],
+        "end": [pd.NaT, t, t - pd.Timedelta(1, "s"), t + pd.Timedelta(9, "s")],
+        "node_list": [["n2"], ["n1"], ["n2"], ["n2"]], "node_count": [1, 1, 1, 1]})
+    me = jobs.iloc[1]
+    got = neighbourhood(jobs, me, topo, {"r1"}, {"g1"}, t + pd.Timedelta(10, "s"))
+    assert got["job_id"].tolist() == ["265"] and got["overlap_s"].tolist() == [0.0]
+    assert got["shared_groups"].tolist() == [1] and got["shared_routers"].tolist() == [0]

@@ -129,7 +129,10 @@ def neighbourhood(jobs: pd.DataFrame, me: pd.Series, topo: Topology, my_routers:
     end = alloc["end"].fillna(window_end)
     overlap = (np.minimum(end, me["end"]) - np.maximum(alloc["start"], me["start"])).dt.total_seconds()
     alloc = alloc.assign(overlap_s=overlap)
-    alloc = alloc[alloc["overlap_s"] > 0]
+    # sacct has whole seconds: a run shorter than one (start == end) overlaps nothing by length,
+    # yet every job running in that second was its neighbour.
+    instant = me["end"] <= me["start"]
+    alloc = alloc[(alloc["overlap_s"] > 0) | (instant & (alloc["start"] <= me["start"]) & (end >= me["end"]))]
     rows = []
     for j in alloc.itertuples():
         nodes = j.node_list if isinstance(j.node_list, list) else []
