@@ -442,3 +442,18 @@ def test_simulated_latency_by_locality_and_background_traffic(campaign, tmp_path
     assert cond["b_edges"][0] >= 0 and cond["b_edges"][-1] <= 100
     written = pd.read_csv(tmp_path / "conditions.csv")
     assert len(written) == len(groups) and (tmp_path / "by_locality_collectives-allreduce-8-B.svg").is_file()
+
+
+def test_dip_test_beyond_its_tables_uses_order_statistics():
+    """diptest tabulates p-values up to 72,000 samples; larger samples must neither warn nor
+    change the verdict: a big unimodal sample stays unimodal, a big mixture keeps its modes."""
+    import warnings
+
+    rng = np.random.default_rng(5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        one = detect_modes(rng.lognormal(0, 0.3, 150_000))
+        two = detect_modes(np.concatenate([rng.normal(10, 1, 100_000), rng.normal(20, 1, 50_000)]))
+    assert not one.multimodal and one.n == 150_000 and "order statistics" in one.notes[0]
+    assert two.multimodal and [round(m.location) for m in two.modes] == [10, 20]
+    assert [m.weight for m in two.modes] == pytest.approx([2 / 3, 1 / 3], abs=0.02)
