@@ -190,6 +190,25 @@ def cmd_dev(a) -> int:
     return slurm.command(a)
 
 
+def cmd_interference(a) -> int:
+    from hpcvar.parsers.errors import ParseError
+    from hpcvar.simulate.interference import PlacementError, simulate_experiment
+
+    overrides = {k: yaml_value(v) for k, v in _kv(a.set).items()}
+    try:
+        result = simulate_experiment(a.experiment, a.out, overrides)
+    except (ParseError, PlacementError) as exc:
+        print(f"hpcvar interference: {exc}", file=sys.stderr)
+        return 2
+    victim = result.jobs[result.jobs["role"] == "victim"]
+    print(f"{result.summary['experiment']}: {len(result.network)} runs in {result.summary['elapsed_s']} s -> {a.out}")
+    print("victim slowdown (median over repetitions): policy, routing, total, communication, latency")
+    for (policy, routing), g in victim.groupby(["policy", "routing"], sort=False):
+        print(f"  {policy:<20} {routing:<9} {g['slowdown_total'].median():7.3f} {g['slowdown_comm'].median():7.3f} "
+              f"{g['slowdown_latency'].median():7.3f}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hpcvar", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -360,6 +379,21 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--timeout", type=float, default=60, help="seconds to wait for each daemon (up; default 60)")
     s.add_argument("--purge", action="store_true", help="also remove the state directory (down)")
     s.set_defaults(func=cmd_dev)
+
+    s = sub.add_parser("interference", help="victim/aggressor interference experiments (simulated what-if)")
+    inter = s.add_subparsers(dest="action", required=True)
+    s = inter.add_parser("simulate", help="run an experiment on the flow-level dragonfly model",
+                         description="Every placement policy x routing x repetition of EXPERIMENT.yaml: each job "
+                                     "alone and all together on the simulated network. Writes jobs, samples and "
+                                     "network tables (CSV and Parquet), summary.json and the resolved experiment "
+                                     "under OUT. Exit 2 on a bad experiment file or an impossible placement.")
+    s.add_argument("experiment", metavar="EXPERIMENT.yaml", help="experiment description "
+                                                                  "(example: config/experiments/interference.yaml)")
+    s.add_argument("--out", required=True, help="directory for the tables and summary.json")
+    s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a key, dotted, value as YAML: --set system.groups=9, --set aggressors.0.nodes=64, "
+                        "--set 'routing=[adaptive]' (repeatable)")
+    s.set_defaults(func=cmd_interference)
     return p
 
 
