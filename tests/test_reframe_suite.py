@@ -36,7 +36,7 @@ def sbatch(script: str) -> dict[str, str]:
 
 
 def test_process_grids_follow_table_one():
-    from common.grids import factor
+    from hpcvar.grids import factor
 
     assert factor(128 * 64, 3) == [32, 16, 16]  # AMG, 128 nodes: -P 32 16 16
     assert factor(512 * 64, 3) == [32, 32, 32]  # AMG, 512 nodes: -P 32 32 32

@@ -16,7 +16,7 @@ _SUITE = str(Path(__file__).resolve().parents[2])
 if _SUITE not in sys.path:  # append: ReFrame pops the entry it appended by position
     sys.path.append(_SUITE)
 from common.app import AppRun  # noqa: E402
-from common.grids import factor  # noqa: E402
+from hpcvar.grids import factor  # noqa: E402
 from common.mixins import REPO, node_counts  # noqa: E402
 from common.sources import BuildFromSources, FetchSources  # noqa: E402
 

@@ -150,23 +150,3 @@ def placement(runs: pd.DataFrame, dataset: str, path: Path) -> tuple[Path, dict]
     stats["locality"] = {c: {"runs": int((loc == c).sum()),
                              "median_s": float(runs.loc[loc == c, "total_time_s"].median())} for c in classes}
     return savefig(fig, path), stats
-
-
-def latency_ecdf(latency: pd.DataFrame, benchmark: str, path: Path) -> tuple[Path, pd.DataFrame]:
-    """Empirical CDF of every timed operation of one microbenchmark, per operation and size,
-    over all its runs (log time axis: the tail is where interference shows)."""
-    sub = latency[latency["benchmark"] == benchmark]
-    fig, ax = subplots(figsize=(7, 3.6))
-    rows = []
-    probs = np.linspace(0, 1, 1001)  # the curve at 1,001 quantiles: exact shape, bounded size
-    for i, ((op, size), g) in enumerate(sub.groupby(["operation", "size_bytes"])):
-        v = np.sort(g["value_us"].to_numpy())
-        ax.step(np.quantile(v, probs), probs, where="post", color=PALETTE[i % len(PALETTE)], label=f"{op} {size} B")
-        rows.append({"operation": op, "size_bytes": int(size), "samples": len(v), "median_us": float(np.median(v)),
-                     "p99_us": float(np.quantile(v, 0.99)), "max_us": float(v[-1])})
-    ax.set_xscale("log")
-    ax.set_xlabel("time per operation (us, slowest rank)")
-    ax.set_ylabel("fraction of operations")
-    ax.set_title(f"{benchmark}: distribution of every timed operation")
-    ax.legend(fontsize=6, ncol=2)
-    return savefig(fig, path), pd.DataFrame(rows)

@@ -89,6 +89,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from hpcvar.grids import factor
 from hpcvar.parsers.errors import ParseError
 from hpcvar.progress import Progress
 from hpcvar.simulate.presets import Preset
@@ -675,22 +676,6 @@ def place_jobs(topo: Topology, requests: list[tuple[str, int, str]], rng: np.ran
 # =============================================================================================
 
 
-def _grid_dims(n: int, d: int) -> list[int]:
-    """Balanced factorisation of n into d extents (as MPI_Dims_create)."""
-    dims = [1] * d
-    factors, m, p = [], n, 2
-    while p * p <= m:
-        while m % p == 0:
-            factors.append(p)
-            m //= p
-        p += 1
-    if m > 1:
-        factors.append(m)
-    for f in sorted(factors, reverse=True):
-        dims[int(np.argmin(dims))] *= f
-    return sorted(dims, reverse=True)
-
-
 def pattern_rounds(job: JobSpec, rng: np.random.Generator) -> list[tuple[np.ndarray, np.ndarray, float, int]]:
     """A job's iteration as rounds ``(src ranks, dst ranks, bytes per message, repeat)``."""
     n, m = job.nodes, float(job.message_bytes)
@@ -708,7 +693,7 @@ def pattern_rounds(job: JobSpec, rng: np.random.Generator) -> list[tuple[np.ndar
     elif job.pattern == "alltoall":
         rounds += [(ranks, (ranks + r) % n, m, 1) for r in range(1, n)]
     elif job.pattern == "halo":
-        dims = _grid_dims(n, job.dims)
+        dims = factor(n, job.dims)
         coords = np.array(np.unravel_index(ranks, dims)).T
         src, dst = [], []
         for axis, extent in enumerate(dims):

@@ -1,10 +1,15 @@
-"""Process grids: how an application's Table I input scales with the rank count."""
+"""Process grids: ``n`` ranks as a ``d``-dimensional grid, as square as possible.
 
-import math
+Used by the ReFrame suite (how an application's Table I input scales with the rank count) and by
+the interference model (the halo pattern's rank grid).
+"""
+
+from __future__ import annotations
 
 
 def factor(n: int, dims: int) -> list[int]:
-    """``n`` ranks as a ``dims``-dimensional grid, as square as possible, largest first.
+    """``n`` ranks as a ``dims``-dimensional grid, as square as possible, largest first (as
+    ``MPI_Dims_create``).
 
     AMG's Table I grids are this function: 8,192 ranks -> 32 x 16 x 16 and 32,768 -> 32 x 32 x 32.
     """
@@ -26,6 +31,3 @@ def _prime_factors(n: int) -> list[int]:
     if n > 1:
         out.append(n)
     return sorted(out, reverse=True)
-
-
-assert factor(8192, 3) == [32, 16, 16] and factor(32768, 3) == [32, 32, 32] and math.prod(factor(12, 4)) == 12
