@@ -118,6 +118,7 @@ def test_two_rounds_with_another_users_job_alongside(cluster, workdir):
 
 def test_a_cancelled_run_is_recorded_as_failed_and_the_campaign_goes_on(cluster, workdir):
     """Round 3 with a long collectives run, scancel'ed once it runs."""
+    parts = {p: p.read_bytes() for p in (workdir / "results" / "dataset").glob("*/part-*.parquet")}
     (workdir / "campaign.yaml").write_text(_config(3, 3_000_000))
     proc = subprocess.Popen([str(Path(sys.executable).with_name("snakemake")), "--profile", PROFILE,
                              "--configfile", "campaign.yaml"], cwd=workdir, env=cluster,
@@ -132,6 +133,10 @@ def test_a_cancelled_run_is_recorded_as_failed_and_the_campaign_goes_on(cluster,
     assert len(failed) == 1 and failed[0]["state"] == "CANCELLED"
     runs = pd.read_parquet(res / "dataset" / "runs")
     assert job not in set(runs["job_id"]) and len(runs) == 5  # round 3's Confidence run still counts
+    # Collation appended round 3: the parts of rounds 1-2 are there, byte for byte.
+    assert parts and all(p.read_bytes() == b for p, b in parts.items())
+    runs_parts = [p for p in parts if p.parent.name == "runs"]
+    assert len(list((res / "dataset" / "runs").glob("part-*.parquet"))) == len(runs_parts) + 1
     assert "Failed runs (Slurm state not COMPLETED, not used as data): 1" in (res / "summary.txt").read_text()
 
 

@@ -80,8 +80,29 @@ def test_simulate_collate_summary(tmp_path):
     assert truth["microbenchmarks"]["runs"] and f"collated {n} new runs" in out.stdout
     summary = (tmp_path / "summary.txt").read_text()
     assert f"{n} runs in" in summary and "slowest_fastest" in summary
+    record = json.loads((ds / "collated.json").read_text())
+    assert record["new_runs"] == n and record["rebuilt"] is False
+    parts = {p: p.read_bytes() for p in ds.glob("*/part-*.parquet")}
     again = run("collate", raw, "--out", ds, env=env)
     assert f"collated 0 new runs ({n} already collated" in again.stdout
+    assert json.loads((ds / "collated.json").read_text())["skipped_already_collated"] == n
+    # Appending left every earlier part as it was.
+    assert {p: p.read_bytes() for p in ds.glob("*/part-*.parquet")} == parts
+    # --rebuild (the workflow's choice after re-simulating): everything collated again, once.
+    rebuilt = run("collate", raw, "--out", ds, "--rebuild", env=env)
+    assert rebuilt.returncode == 0 and f"collated {n} new runs (0 already collated" in rebuilt.stdout
+    assert not set(ds.glob("*/part-*.parquet")) & set(parts)
+    assert len(list((ds / "runs").glob("part-*.parquet"))) == 1
+
+
+def test_collate_rebuild_refuses_a_directory_that_is_not_a_dataset(tmp_path):
+    raw, ds = tmp_path / "raw", tmp_path / "mine"
+    assert run("simulate", "--preset", "demo", "--set", "days=1", "--out", raw).returncode == 0
+    ds.mkdir()
+    (ds / "thesis.tex").write_text("precious")
+    out = run("collate", raw, "--out", ds, "--rebuild", env={"HPCVAR_SALT": "s"})
+    assert out.returncode == 2 and "not part of a dataset" in out.stderr and "thesis.tex" in out.stderr
+    assert (ds / "thesis.tex").read_text() == "precious" and not (ds / "runs").exists()
 
 
 def test_collate_reports_a_broken_campaign_directory(tmp_path):

@@ -35,13 +35,22 @@ def cmd_collate(a) -> int:
     from hpcvar.parsers.errors import ParseError
     from hpcvar.summary import format_summary
 
+    from hpcvar.dataset import COLLATED, Dataset
+    from hpcvar.schema import SchemaError
+
     pseudo = Pseudonymiser(load_salt(a.salt_file) if a.anonymise else None, enabled=a.anonymise)
     try:
+        if a.rebuild:
+            Dataset(a.out).clear()
         result = collate(a.raw, a.out, pseudo)
-    except ParseError as exc:
+    except (ParseError, SchemaError) as exc:
         print(f"hpcvar collate: {exc}", file=sys.stderr)
         return 2
     r = result.as_dict()
+    Path(a.out).mkdir(parents=True, exist_ok=True)
+    tmp = Path(a.out) / f".{COLLATED}.tmp"
+    tmp.write_text(json.dumps({"raw": str(a.raw), "rebuilt": a.rebuild, **r}, indent=1, default=str))
+    tmp.replace(Path(a.out) / COLLATED)
     print(f"collated {r['new_runs']} new runs ({r['skipped_already_collated']} already collated, "
           f"{len(r['incomplete'])} incomplete, {len(r['failed'])} failed, {len(r['quarantined'])} quarantined)")
     for q in result.quarantined:
@@ -228,6 +237,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--no-anonymise", dest="anonymise", action="store_false",
                    help="keep real user names (only for private use; off by default)")
     s.add_argument("--summary", help="also write the text summary to this file")
+    s.add_argument("--rebuild", action="store_true",
+                   help="empty the dataset first and collate everything again (e.g. after re-simulating)")
     s.set_defaults(func=cmd_collate)
 
     s = sub.add_parser("inspect", help="detect, parse and describe raw files (or show the error)")

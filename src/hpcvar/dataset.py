@@ -5,6 +5,7 @@ Layout of a dataset directory::
     <dir>/runs/part-<round>.parquet        one part per collation round, never rewritten
     <dir>/steps/part-<round>.parquet       ... same for every table in hpcvar.schema.TABLES
     <dir>/quarantine.jsonl                 raw files set aside, one JSON object per line (appended)
+    <dir>/collated.json                    what the last collation added (new, skipped, failed runs)
 
 Appending a round validates every table against the schema first and refuses run_ids that are
 already present, so nothing collated before can be changed or lost. Parts are written to a
@@ -24,6 +25,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from hpcvar.schema import TABLES, SchemaError, conform
+
+
+#: What the last collation did (written last by ``hpcvar collate``; the workflow's collate output).
+COLLATED = "collated.json"
 
 
 class DuplicateRunError(SchemaError):
@@ -107,6 +112,23 @@ class Dataset:
             part = f"part-{stamp}-{secrets.token_hex(4)}"
             if not any((self.path / name / f"{part}.parquet").exists() for name in tables):
                 return part
+
+    def clear(self) -> None:
+        """Remove every table part and the quarantine list (``hpcvar collate --rebuild``). Refuses a
+        directory holding anything a dataset does not, so a mistyped path loses nothing else."""
+        if not self.path.exists():
+            return
+        ours = {*TABLES, "quarantine.jsonl", COLLATED}
+        foreign = sorted(p.name for p in self.path.iterdir() if p.name not in ours)
+        if foreign:
+            raise SchemaError(f"{self.path}: not cleared, it holds files that are not part of a dataset: {foreign[:5]}")
+        for name in TABLES:
+            for part in (self.path / name).glob("*.parquet*"):
+                part.unlink()
+            if (self.path / name).is_dir():
+                (self.path / name).rmdir()
+        for name in ("quarantine.jsonl", COLLATED):
+            (self.path / name).unlink(missing_ok=True)
 
     def add_quarantine(self, entries: list[dict]) -> int:
         """Append entries not already listed (so re-running collation does not repeat them)."""

@@ -6,11 +6,12 @@
 
 rule neighbourhood:
     input:
-        dataset=f"{RESULTS}/dataset",
+        collated=COLLATED,
     output:
         summary=f"{RESULTS}/analyses/neighbourhood/summary.json",
     params:
         hpcvar=HPCVAR,
+        dataset=lambda wildcards, input: os.path.dirname(input.collated),
         out=lambda wildcards, output: os.path.dirname(output.summary),
         settings=analysis_settings("neighbourhood"),
     log:
@@ -18,16 +19,17 @@ rule neighbourhood:
     conda:
         "../envs/hpcvar.yaml"
     shell:
-        "{params.hpcvar} neighbourhood {input.dataset} --out {params.out} {params.settings} > {log} 2>&1"
+        "{params.hpcvar} neighbourhood {params.dataset} --out {params.out} {params.settings} > {log} 2>&1"
 
 
 rule deviation:
     input:
-        dataset=f"{RESULTS}/dataset",
+        collated=COLLATED,
     output:
         summary=f"{RESULTS}/analyses/deviation/summary.json",
     params:
         hpcvar=HPCVAR,
+        dataset=lambda wildcards, input: os.path.dirname(input.collated),
         out=lambda wildcards, output: os.path.dirname(output.summary),
         settings=analysis_settings("deviation"),
     log:
@@ -35,16 +37,17 @@ rule deviation:
     conda:
         "../envs/hpcvar.yaml"
     shell:
-        "{params.hpcvar} deviation {input.dataset} --out {params.out} {params.settings} > {log} 2>&1"
+        "{params.hpcvar} deviation {params.dataset} --out {params.out} {params.settings} > {log} 2>&1"
 
 
 rule forecast:
     input:
-        dataset=f"{RESULTS}/dataset",
+        collated=COLLATED,
     output:
         summary=f"{RESULTS}/analyses/forecast/summary.json",
     params:
         hpcvar=HPCVAR,
+        dataset=lambda wildcards, input: os.path.dirname(input.collated),
         out=lambda wildcards, output: os.path.dirname(output.summary),
         settings=analysis_settings("forecast", truth=TRUTH),
     log:
@@ -52,16 +55,17 @@ rule forecast:
     conda:
         "../envs/hpcvar.yaml"
     shell:
-        "{params.hpcvar} forecast {input.dataset} --out {params.out} {params.settings} > {log} 2>&1"
+        "{params.hpcvar} forecast {params.dataset} --out {params.out} {params.settings} > {log} 2>&1"
 
 
 rule distributions:
     input:
-        dataset=f"{RESULTS}/dataset",
+        collated=COLLATED,
     output:
         summary=f"{RESULTS}/analyses/distributions/summary.json",
     params:
         hpcvar=HPCVAR,
+        dataset=lambda wildcards, input: os.path.dirname(input.collated),
         out=lambda wildcards, output: os.path.dirname(output.summary),
         settings=analysis_settings("distributions"),
     log:
@@ -69,16 +73,17 @@ rule distributions:
     conda:
         "../envs/hpcvar.yaml"
     shell:
-        "{params.hpcvar} distributions {input.dataset} --out {params.out} {params.settings} > {log} 2>&1"
+        "{params.hpcvar} distributions {params.dataset} --out {params.out} {params.settings} > {log} 2>&1"
 
 
 rule compare:
     input:
-        dataset=f"{RESULTS}/dataset",
+        collated=COLLATED,
     output:
         summary=f"{RESULTS}/analyses/compare/summary.json",
     params:
         hpcvar=HPCVAR,
+        dataset=lambda wildcards, input: os.path.dirname(input.collated),
         out=lambda wildcards, output: os.path.dirname(output.summary),
         before=COMPARE[0] if COMPARE else "",
         after=COMPARE[1] if COMPARE else "",
@@ -92,6 +97,6 @@ rule compare:
     shell:
         # Exit code 1 means "regression found": a finding for the report, not a failed step
         # (bad input, exit 2, still fails). Gate a maintenance window with the command itself.
-        "{params.hpcvar} compare {input.dataset} --before {params.before} --after {params.after}"
+        "{params.hpcvar} compare {params.dataset} --before {params.before} --after {params.after}"
         " --alpha {params.alpha} --min-effect {params.min_effect} --min-spread {params.min_spread}"
         " --out {params.out} > {log} 2>&1 || [ $? -eq 1 ]"

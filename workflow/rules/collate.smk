@@ -1,10 +1,12 @@
-# Collation rebuilds the dataset from the raw runs (immutable, so the result is the same rows plus
-# the new ones; collate is idempotent): Snakemake clears a directory output before its job runs.
+# Collation appends the raw runs not yet in the dataset (runs are immutable, so what was collated
+# stays as it is). The output is collate's record of what it added, not the dataset directory,
+# which Snakemake would empty before every run. A simulated campaign is written anew as a whole,
+# so with the simulator the dataset is rebuilt (--rebuild) rather than appended to.
 rule collate:
     input:
         unpack(collate_input),
     output:
-        dataset=directory(f"{RESULTS}/dataset"),
+        collated=COLLATED,
         summary=report(
             f"{RESULTS}/summary.txt",
             caption="../report/summary.rst",
@@ -15,10 +17,12 @@ rule collate:
         anonymise="" if config["anonymise"] else "--no-anonymise",
         salt_file=config["salt_file"],
         raw=RAW_DIR,
+        dataset=lambda wildcards, output: os.path.dirname(output.collated),
+        rebuild="--rebuild" if config["source"] == "simulate" else "",
     log:
         f"{RESULTS}/logs/collate.log",
     conda:
         "../envs/hpcvar.yaml"
     shell:
-        "{params.hpcvar} collate {params.raw} --out {output.dataset} --salt-file {params.salt_file}"
-        " {params.anonymise} --summary {output.summary} > {log} 2>&1"
+        "{params.hpcvar} collate {params.raw} --out {params.dataset} --salt-file {params.salt_file}"
+        " {params.anonymise} {params.rebuild} --summary {output.summary} > {log} 2>&1"

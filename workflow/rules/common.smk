@@ -14,6 +14,10 @@ RESULTS = config["results"]
 # Raw campaign files: written by the simulator (source: simulate), by a real campaign elsewhere
 # (source: raw), or imported round by round from this workflow's ReFrame runs (source: campaign).
 RAW_DIR = f"{RESULTS}/raw" if config["source"] == "simulate" else config["raw_dir"]
+# The dataset grows round by round (collate appends new runs); the rules that read it wait for
+# collate's record of what it added, DATASET/collated.json.
+DATASET = f"{RESULTS}/dataset"
+COLLATED = f"{DATASET}/collated.json"
 
 # The `hpcvar` command next to this Snakemake's Python (the project's virtual environment), so
 # `.venv/bin/snakemake` works without activating it; plain `hpcvar` from PATH otherwise (conda).

@@ -26,7 +26,7 @@ rule effective_config:
 
 rule report:
     input:
-        dataset=f"{RESULTS}/dataset",
+        collated=COLLATED,
         summaries=expand(f"{RESULTS}/analyses/{{analysis}}/summary.json", analysis=ANALYSES),
         config=f"{RESULTS}/config.yaml",
     output:
@@ -45,6 +45,7 @@ rule report:
         ),
     params:
         hpcvar=HPCVAR,
+        dataset=lambda wildcards, input: os.path.dirname(input.collated),
         analyses=lambda wildcards, input: os.path.dirname(os.path.dirname(input.summaries[0])),
         anonymise="" if config["anonymise"] else "--no-anonymise",
         salt_file=config["salt_file"],
@@ -53,6 +54,6 @@ rule report:
     conda:
         "../envs/hpcvar.yaml"
     shell:
-        "{params.hpcvar} report {input.dataset} --analyses {params.analyses} --out {output.html}"
+        "{params.hpcvar} report {params.dataset} --analyses {params.analyses} --out {output.html}"
         " --figures {output.figures} --config {input.config} --salt-file {params.salt_file}"
         " {params.anonymise} > {log} 2>&1"
