@@ -25,7 +25,7 @@ COUNTERS = ("RT_RB_STL", "PT_FLIT_TOT")
 
 def _round(*job_ids: int, system: str = "cori") -> dict[str, pd.DataFrame]:
     """One collation round of two-step MILC runs with every table filled."""
-    runs, steps, sc, sysc, mpi, neigh, lat, hist = [], [], [], [], [], [], [], []
+    runs, steps, sc, sysc, mpi, neigh, lat, hist, rc = [], [], [], [], [], [], [], [], []
     for k, job in enumerate(job_ids):
         rid = f"{system}-{job}"
         start = T0 + pd.Timedelta(hours=k)
@@ -56,8 +56,10 @@ def _round(*job_ids: int, system: str = "cori") -> dict[str, pd.DataFrame]:
                      iteration=i, value_us=1.5 + i) for i in range(2)]
         hist += [dict(run_id=rid, kind="timer", pair="0", bin=b, lower_us=0.05 * b, upper_us=0.05 * (b + 1),
                       count=10 - b) for b in range(2)]
+        rc += [dict(run_id=rid, scope="job", counter="net.tx_bytes", value=1.5e9, seconds=28.5, sources=4),
+               dict(run_id=rid, scope="io", counter=COUNTERS[0], value=2.5e6, seconds=30.0, sources=2)]
     frames = dict(runs=runs, steps=steps, step_counters=sc, system_counters=sysc, mpi_profile=mpi,
-                  neighbourhood=neigh, latency=lat, latency_histograms=hist)
+                  neighbourhood=neigh, latency=lat, latency_histograms=hist, run_counters=rc)
     return {name: pd.DataFrame(rows) for name, rows in frames.items()}
 
 
@@ -142,7 +144,7 @@ def test_conform_wrong_type():
 
 def test_every_table_has_its_key_in_its_columns():
     assert set(TABLES) == {"runs", "steps", "step_counters", "system_counters", "mpi_profile", "neighbourhood",
-                           "latency", "latency_histograms"}
+                           "latency", "latency_histograms", "run_counters"}
     for t in TABLES.values():
         assert set(t.key) <= set(t.column_names), t.name
         assert all(not c.nullable for c in t.columns if c.name in t.key), t.name

@@ -424,3 +424,42 @@ def test_streamed_deltas_match_per_producer_differences(store, chunk_rows):
     assert stats.duplicates == duplicates
     assert {(r.producer, round(r.time * 1e6)) for r in stats.resets if "ctr" in r.metrics} == expected_resets
     assert stats.samples == len(rows) and stats.intervals == len(expected)
+
+
+# ------------------------------------------------------------------------------- slicing
+
+
+def test_slice_window_copies_the_rows_of_the_window_byte_for_byte(tmp_path: Path):
+    header, rows = _split_sample()
+    written = ldms.slice_window(NETDEV, 1558387832.5, 1558387834.5, tmp_path / "slice")
+    assert written == [tmp_path / "slice" / NETDEV.name]
+    # Rows sampled at 833.00x and 834.00x (both producers), in the store's order, as ldmsd wrote them.
+    assert written[0].read_text() == header + "".join(rows[3:7])
+    assert list(ldms.read(written[0])["producer"]) == ["s0", "s1", "s0", "s1"]
+    assert ldms.slice_window(NETDEV, 1558387900, 1558387999, tmp_path / "none") == []
+    assert not (tmp_path / "none").exists()
+
+
+def test_slice_window_over_rollover_files_skips_files_outside_and_inlines_altheaders(tmp_path: Path):
+    header, rows = _split_sample()
+    store = tmp_path / "store"
+    store.mkdir()
+    _write(store / "netdev.HEADER.1558387830", header)
+    _write(store / "netdev.1558387830", "".join(rows[:5]))
+    # The file ldmsd is still appending to: its last line has no newline yet.
+    _write(store / "netdev.1558387834", header + "".join(rows[5:]) + "1558387836.0011")
+    written = ldms.slice_window(sorted(store.iterdir()), 1558387833.5, 1e10, tmp_path / "slice")
+    assert [p.name for p in written] == ["netdev.1558387834"]
+    assert written[0].read_text() == header + "".join(rows[5:])
+    both = ldms.slice_window(sorted(store.iterdir()), 0, 1e10, tmp_path / "all")
+    assert [p.name for p in both] == ["netdev.1558387830", "netdev.1558387834"]
+    assert both[0].read_text() == header + "".join(rows[:5])  # the altheader now inline
+    pd.testing.assert_frame_equal(_deltas(both), _deltas(NETDEV))
+
+
+def test_slice_window_names_a_bad_time_with_its_line(tmp_path: Path):
+    header, rows = _split_sample()
+    bad = _write(tmp_path / "netdev.csv", header + "".join(rows[:2]) + "yesterday" + rows[2][17:])
+    with pytest.raises(ParseError, match="Time 'yesterday' is not a number") as err:
+        ldms.slice_window(bad, 0, 1e10, tmp_path / "slice")
+    assert err.value.line == 4 and err.value.path == str(bad)

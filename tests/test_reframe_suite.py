@@ -228,6 +228,75 @@ def test_reframe_runs_import_into_the_dataset_and_the_report(local_run, tmp_path
     assert report["sections"]["background"]["empty"].startswith("No data: no run has a sacct snapshot")
 
 
+def test_import_keeps_each_runs_ldms_window_and_counters_over_the_run(local_run, tmp_path):
+    """import-reframe --ldms slices a (synthetic) LDMS store to each job's window; collate turns
+    the slice and the node samplers into run_counters of the microbenchmark runs."""
+    import json
+
+    import numpy as np
+
+    from hpcvar.anonymise import Pseudonymiser
+    from hpcvar.campaign.reframe_import import import_reports
+    from hpcvar.collate import collate
+    from hpcvar.dataset import Dataset
+    from hpcvar.parsers import ldms, node_counters
+    from hpcvar.simulate.model import LDMS_COUNTERS
+
+    prefix, out = local_run
+    assert out.returncode == 0, out.stdout[-4000:]
+    reports = sorted((prefix / "reports").glob("*.json"))
+    cases = [c for r in reports for run in json.loads(r.read_text())["runs"][-1:] for c in run["testcases"]
+             if c.get("dataset") and c.get("jobid")]
+    host = cases[0]["job_nodelist"][0]
+    topology = tmp_path / "topology.csv"
+    topology.write_text(f"node,router,group,role\n{host},r0,g0,compute\nionode,r1,g0,io\nother,r2,g1,compute\n")
+    # Every router's counters grow at a known rate per second: ours 5, the I/O router 1000, the other 10.
+    t0 = min(c["job_submit_time"] for c in cases) - 600
+    times = np.arange(t0, max(c["job_completion_time_unix"] for c in cases) + 600, 2.0)
+    rates = np.array([5.0, 1000.0, 10.0])
+    (tmp_path / "ldms").mkdir()
+    with ldms.StoreCsvWriter(tmp_path / "ldms" / "aries_rtr_mmr.0", list(LDMS_COUNTERS)) as writer:
+        writer.write_rows(np.repeat(times, 3), np.tile([host, "ionode", "other"], len(times)), np.tile([0, 1, 2], len(times)),
+                          0, np.repeat(np.outer(times - t0, rates).reshape(-1, 1), len(LDMS_COUNTERS), axis=1).astype(np.int64))
+    imported = import_reports(reports, tmp_path / "raw", topology=topology, ldms_store=tmp_path / "ldms",
+                              ldms_margin=30).imported
+    assert len(imported) == 3
+    for run_id, case in zip(sorted(imported), sorted(cases, key=lambda c: f"local-{c['jobid']}")):
+        run_dir = tmp_path / "raw" / "runs" / run_id
+        manifest = json.loads((run_dir / "manifest.json").read_text())
+        assert "ldms/aries_rtr_mmr.0" in manifest["files"]
+        kept = ldms.read(run_dir / "ldms" / "aries_rtr_mmr.0")
+        window = next(c for c in cases if run_id.endswith(f"-{c['jobid']}"))
+        assert kept["time"].min() >= window["job_submit_time"] - 30 and kept["time"].max() <= (
+            window["job_completion_time_unix"] + 30)
+        assert kept["time"].min() <= window["job_submit_time"] - 28  # the margin: a sample before the job
+    result = collate(tmp_path / "raw", tmp_path / "dataset", Pseudonymiser(b"salt"))
+    assert len(result.new_runs) == 3 and not result.quarantined
+    ds = Dataset(tmp_path / "dataset")
+    runs = ds.read("runs").set_index("run_id")
+    rc = ds.read("run_counters")
+    assert set(rc["run_id"]) == set(runs.index) and set(rc["scope"]) == {"job", "io", "sys"}
+    seconds = (runs["end"] - runs["start"]).dt.total_seconds()
+    for scope, rate in (("io", 1000.0), ("sys", 10.0)):
+        part = rc[rc["scope"] == scope]
+        assert set(part["counter"]) == {"RT_FLIT_TOT", "RT_RB_STL", "PT_FLIT_TOT", "PT_RB_STL_RQ"}
+        assert (part["sources"] == 1).all()
+        np.testing.assert_allclose(part["value"], rate * part["run_id"].map(seconds), rtol=1e-6, atol=1.0)
+        np.testing.assert_allclose(part["seconds"], part["run_id"].map(seconds))
+    # The node sampler's counters over the span its samples cover, loopback left out.
+    job = rc[rc["scope"] == "job"]
+    for run_id in runs.index:
+        samples = node_counters.read(next((tmp_path / "raw" / "runs" / run_id).glob("node-counters-*.csv")))
+        samples = samples[samples["device"] != "lo"]
+        tx = samples[samples["counter"] == "tx_bytes"].sort_values("epoch")
+        span = tx.groupby("device")["epoch"].agg(["min", "max"])
+        mine = job[job["run_id"] == run_id].set_index("counter")
+        assert mine.loc["net.tx_bytes", "sources"] == 1
+        expected = sum(float(g["value"].iloc[-1]) - float(g["value"].iloc[0]) for _, g in tx.groupby("device"))
+        assert mine.loc["net.tx_bytes", "value"] == pytest.approx(expected, rel=0.05, abs=1e4)
+        assert 0 < mine.loc["net.tx_bytes", "seconds"] <= (span["max"] - span["min"]).max() + 1e-6
+
+
 def test_slurm_runs_need_their_sacct(local_run, tmp_path):
     """Only runs of ReFrame's local scheduler may come without sacct output."""
     import json

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 from hpcvar.anonymise import Pseudonymiser
 from hpcvar.collate import collate
@@ -334,6 +335,42 @@ def test_malformed_ldms_file_is_set_aside_and_the_rest_aggregates(small_raw, tmp
     day_of_bad = pd.Timestamp(int(bad.name.rsplit(".", 1)[1]), unit="s", tz="UTC").normalize()
     later = runs[(runs["start"] >= day_of_bad + pd.Timedelta(days=1)) & (runs["num_steps"] > 0)]["run_id"]
     assert set(later) <= set(sysc["run_id"])
+
+
+def test_per_run_ldms_slices_give_the_same_system_counters_as_the_store(small_raw, tmp_path):
+    """What import-reframe --ldms keeps beside each run (its window of the store, 60 s either
+    side) collates to the same system_counters as the whole store does."""
+    shared = collate(small_raw, tmp_path / "shared", Pseudonymiser(SALT))
+    raw = tmp_path / "sliced"
+    shutil.copytree(small_raw, raw)
+    store = raw / "ldms" / "aries_rtr_mmr"
+    files = sorted(store.iterdir())
+    sliced = 0
+    for run in sorted((raw / "runs").iterdir()):
+        meta = json.loads((run / "manifest.json").read_text())
+        for name in ldms.slice_window(files, meta["start"] - 60, meta["end"] + 60, run / "ldms"):
+            meta["files"][f"ldms/{name.name}"] = hashlib.sha256(name.read_bytes()).hexdigest()
+            sliced += 1
+        (run / "manifest.json").write_text(json.dumps(meta))
+    shutil.rmtree(raw / "ldms")  # the store is gone (rotated, pruned): the runs keep their windows
+    system = yaml.safe_load((raw / "system.yaml").read_text())
+    del system["ldms"]
+    (raw / "system.yaml").write_text(yaml.safe_dump(system))
+    own = collate(raw, tmp_path / "own", Pseudonymiser(SALT))
+    assert sliced > 10 and not own.quarantined
+    assert sorted(own.new_runs) == sorted(shared.new_runs)
+    key = ["run_id", "step", "scope", "counter"]
+    a = Dataset(tmp_path / "shared").read("system_counters").sort_values(key, ignore_index=True)
+    b = Dataset(tmp_path / "own").read("system_counters").sort_values(key, ignore_index=True)
+    assert len(a) > 1000
+    pd.testing.assert_frame_equal(a, b, rtol=1e-9)
+    # Runs without steps (microbenchmarks) get their whole job's counters in run_counters, the
+    # same either way (the simulator monitors only around application runs, so few have any).
+    rc_a, rc_b = (Dataset(tmp_path / d).read("run_counters") for d in ("shared", "own"))
+    runs = Dataset(tmp_path / "own").read("runs")
+    assert set(rc_a["run_id"]) <= set(runs.loc[runs["num_steps"] == 0, "run_id"])
+    pd.testing.assert_frame_equal(rc_a.sort_values(["run_id", "scope", "counter"], ignore_index=True),
+                                  rc_b.sort_values(["run_id", "scope", "counter"], ignore_index=True), rtol=1e-9)
 
 
 def test_missing_system_yaml_is_a_clear_error(tmp_path):

@@ -145,7 +145,7 @@ def cmd_import_reframe(a) -> int:
     from hpcvar.parsers.errors import ParseError
 
     try:
-        r = import_reports(a.reports, a.raw, topology=a.topology)
+        r = import_reports(a.reports, a.raw, topology=a.topology, ldms_store=a.ldms, ldms_margin=a.ldms_margin)
         if a.summary:
             Path(a.summary).write_text(json.dumps({"imported": r.imported, "skipped": r.skipped,
                                                    "ignored": r.ignored, "errors": r.errors}, indent=1))
@@ -335,6 +335,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--raw", required=True, help="raw campaign directory to add runs to")
     s.add_argument("--topology", help="the site's node -> router -> group map (CSV, YAML or Slurm topology.conf); "
                                       "default: nodes recorded flat, without network structure")
+    s.add_argument("--ldms", metavar="STORE_DIR",
+                   help="LDMS store_csv directory (e.g. /var/ldms/csv/aries_rtr_mmr): each run keeps the rows of "
+                        "its window in runs/<run_id>/ldms/; without it runs have no system-wide counters")
+    s.add_argument("--ldms-margin", type=float, default=60.0, metavar="S",
+                   help="seconds of LDMS samples kept before and after each job (default 60: at least one "
+                        "sampling interval, so the run's first interval has a sample before it)")
     s.add_argument("--summary", help="also write what was imported as JSON to this file")
     s.set_defaults(func=cmd_import_reframe)
 

@@ -26,7 +26,7 @@ import yaml
 from hpcvar import aries, background
 from hpcvar.anonymise import Pseudonymiser
 from hpcvar.dataset import Dataset
-from hpcvar.parsers import apps, ldms, microbenchmarks, mpip, reframe, sacct
+from hpcvar.parsers import apps, ldms, microbenchmarks, mpip, node_counters, reframe, sacct
 from hpcvar.parsers import counters as counter_files
 from hpcvar.parsers.errors import ParseError
 from hpcvar.progress import Progress
@@ -49,6 +49,7 @@ class RunData:
     routers: set[str]
     latency: pd.DataFrame | None = None
     latency_histograms: pd.DataFrame | None = None
+    run_counters: pd.DataFrame | None = None
 
 
 @dataclass
@@ -210,6 +211,31 @@ def _microbenchmark_tables(run_dir: Path, run_id: str) -> tuple[pd.DataFrame, pd
     return latency, histograms
 
 
+RUN_COUNTER_COLUMNS = ["run_id", "scope", "counter", "value", "seconds", "sources"]
+
+
+def _sampler_run_counters(run_dir: Path, run_id: str) -> pd.DataFrame:
+    """``run_counters`` rows of scope ``job``: each counter's change over the span that every
+    node's samples cover, summed over nodes and devices (loopback left out)."""
+    files = sorted(run_dir.glob("node-counters-*.csv"))
+    if not files:
+        return pd.DataFrame(columns=RUN_COUNTER_COLUMNS)
+    samples = [node_counters.read(p) for p in files]
+    frame = pd.concat(samples, ignore_index=True)
+    frame = frame[frame["device"] != "lo"]
+    if frame.empty:
+        return pd.DataFrame(columns=RUN_COUNTER_COLUMNS)
+    spans = frame.groupby(["node", "source", "device", "counter"])["epoch"].agg(["min", "max"])
+    start, end = float(spans["min"].max()), float(spans["max"].min())
+    if not end > start:
+        raise ParseError(files[0], "the node samplers' samples do not overlap in time: no span that every node covers")
+    deltas = node_counters.step_deltas(frame, pd.DataFrame({"step": [0], "start": [start], "end": [end]}))
+    names = [c for c in deltas.columns if c != "step"]
+    return pd.DataFrame({"run_id": run_id, "scope": "job", "counter": names,
+                         "value": [float(deltas[n].iloc[0]) for n in names], "seconds": end - start,
+                         "sources": frame["node"].nunique()})
+
+
 def collate_run(run_dir: Path, system: SystemInfo, topo: Topology, meta: dict) -> RunData | dict:
     """Parse one complete run directory; returns RunData, or a failure record for non-COMPLETED jobs."""
     run_id = meta["run_id"]
@@ -258,7 +284,8 @@ def collate_run(run_dir: Path, system: SystemInfo, topo: Topology, meta: dict) -
         latency, histograms = _microbenchmark_tables(run_dir, run_id)
         run.update(total_time_s=float((me["end"] - me["start"]).total_seconds()), num_steps=0)
         empty = pd.DataFrame()
-        return RunData(run, empty, empty, empty, neigh, my_routers, latency, histograms)
+        return RunData(run, empty, empty, empty, neigh, my_routers, latency, histograms,
+                       _sampler_run_counters(run_dir, run_id))
     out = apps.read(run_dir / "stdout.txt")
     steps = out.steps.copy()
     if steps.empty:
@@ -292,17 +319,24 @@ def system_counters(ldms_dir: Path, topo: Topology, runs: list[RunData], result:
 
     One streaming pass over all LDMS files; an LDMS interval's change is split over the steps it
     overlaps in proportion to the overlap. Intervals longer than 3x the median sampling interval
-    span a monitoring gap and are not attributed.
+    span a monitoring gap and are not attributed. A run without steps (a microbenchmark) gets one
+    window, its job, as step 0 (the caller's ``run_counters``).
     """
     files = sorted(p for p in ldms_dir.iterdir() if p.is_file() and not p.name.startswith(".")
                    and not p.name.endswith(".HEADER"))
-    result.ldms_files = len(files)
+    result.ldms_files += len(files)
     windows = []
+    epoch = pd.Timestamp(0, tz="UTC")
     for k, rd in enumerate(runs):
         s = rd.steps
+        if s.empty and rd.run.get("num_steps") == 0:
+            start, end = (pd.Timestamp(rd.run[c]) for c in ("start", "end"))
+            if end > start:
+                windows.append((k, np.array([(start - epoch).total_seconds()]),
+                                np.array([(end - epoch).total_seconds()]), np.array([0])))
+            continue
         if s.empty or s["start"].isna().any():
-            continue  # no steps (microbenchmarks), or untimestamped ones: nothing to match to monitoring
-        epoch = pd.Timestamp(0, tz="UTC")
+            continue  # untimestamped steps: nothing to match to monitoring
         windows.append((k, (s["start"] - epoch).dt.total_seconds().to_numpy(),
                         (s["end"] - epoch).dt.total_seconds().to_numpy(), s["step"].to_numpy()))
     if not windows:
@@ -429,16 +463,33 @@ def collate(raw: str | Path, out: str | Path, pseudonymise: Pseudonymiser) -> Co
             for key in ("software", "container"):
                 if rd.run[key] is None and key in hit.columns and hit[key].notna().any():
                     rd.run[key] = str(hit[key].dropna().iloc[0])
-    sysc = pd.DataFrame()
-    if collected and system.ldms is not None and system.ldms.exists():
-        sysc = system_counters(system.ldms, topo, collected, result)
+    # System-wide counters: from the run's own LDMS slice (import-reframe --ldms) when it has one,
+    # else from the campaign's store (system.yaml `ldms:`).
+    own = [rd for rd in collected if (raw / rd.run["raw_dir"] / "ldms").is_dir()]
+    shared = [rd for rd in collected if rd not in own]
+    frames = [system_counters(raw / rd.run["raw_dir"] / "ldms", topo, [rd], result) for rd in own]
+    if shared and system.ldms is not None and system.ldms.exists():
+        frames.append(system_counters(system.ldms, topo, shared, result))
+    frames = [f for f in frames if not f.empty]
+    sysc = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    if not sysc.empty:
+        whole = sysc["step"] == 0  # runs without steps: the whole job's window
+        seconds = {rd.run["run_id"]: (pd.Timestamp(rd.run["end"]) - pd.Timestamp(rd.run["start"])).total_seconds()
+                   for rd in collected}
+        ldms_runs = sysc[whole].rename(columns={"num_routers": "sources"}).drop(columns="step")
+        ldms_runs = ldms_runs.assign(seconds=ldms_runs["run_id"].map(seconds))[RUN_COUNTER_COLUMNS]
+        for rd in collected:
+            mine = ldms_runs[ldms_runs["run_id"] == rd.run["run_id"]]
+            if len(mine):
+                rd.run_counters = pd.concat([rd.run_counters, mine], ignore_index=True)
+        sysc = sysc[~whole]
     if collected:
         runs = pd.DataFrame([rd.run for rd in collected])
         runs["user"] = pseudonymise.series(runs["user"])
         neigh = pd.concat([rd.neighbourhood for rd in collected], ignore_index=True)
         neigh["user"] = pseudonymise.series(neigh["user"])
         tables = {"runs": runs, "neighbourhood": neigh}
-        for name in ("steps", "step_counters", "mpi_profile", "latency", "latency_histograms"):
+        for name in ("steps", "step_counters", "mpi_profile", "latency", "latency_histograms", "run_counters"):
             # Microbenchmark runs have no steps, application runs no latency samples.
             parts = [getattr(rd, name) for rd in collected if getattr(rd, name) is not None and len(getattr(rd, name))]
             if parts:

@@ -198,8 +198,27 @@ LATENCY_HISTOGRAMS = Table(
     ),
 )
 
+RUN_COUNTERS = Table(
+    "run_counters",
+    "Counters over the whole run, for runs without time steps (the microbenchmarks): `job` from the "
+    "node samplers of the run's nodes (`hpcvar sample`, summed over nodes and devices, loopback left "
+    "out), `io` and `sys` from LDMS as in `system_counters`.",
+    ("run_id", "scope", "counter"),
+    (
+        _c("run_id", pa.string(), "Run identifier.", False),
+        _c("scope", pa.string(), "`job` (node samplers), `io` or `sys` (LDMS).", False),
+        _c("counter", pa.string(), "`<source>.<counter>` for `job` (e.g. `net.tx_bytes`, "
+                                   "`infiniband.port_xmit_wait`); the Table II abbreviation for `io`/`sys`.", False),
+        _c("value", pa.float64(), "Change over the window: summed over nodes (`job`), mean per router (`io`, "
+                                  "`sys`).", False),
+        _c("seconds", pa.float64(), "Length of the window: the span every node's samples cover (`job`), the job "
+                                    "(`io`, `sys`).", False),
+        _c("sources", pa.int32(), "Nodes (`job`) or routers (`io`, `sys`) that reported.", False),
+    ),
+)
+
 TABLES: dict[str, Table] = {t.name: t for t in (RUNS, STEPS, STEP_COUNTERS, SYSTEM_COUNTERS, MPI_PROFILE, NEIGHBOURHOOD,
-                                                LATENCY, LATENCY_HISTOGRAMS)}
+                                                LATENCY, LATENCY_HISTOGRAMS, RUN_COUNTERS)}
 
 
 class SchemaError(ValueError):

@@ -1,9 +1,9 @@
 # source: campaign. A round runs every dataset's ReFrame test once, in random order: ReFrame runs
 # here (a local rule) and submits its own jobs through the site configuration's scheduler. Its
 # JSON report is then imported into the raw campaign directory (sacct of each job's window
-# included), which collate reads. Rounds run one after another so a round is imported before the
-# next one starts; a round whose report exists is never run again, so re-invoking the workflow
-# runs only the rounds that are missing.
+# included, and the job's window of the LDMS store when campaign.ldms is set), which collate
+# reads. Rounds run one after another so a round is imported before the next one starts; a round
+# whose report exists is never run again, so re-invoking the workflow runs only the missing rounds.
 
 
 localrules:
@@ -35,10 +35,12 @@ rule import_round:
         hpcvar=HPCVAR,
         raw=RAW_DIR,
         topology=f"--topology {config['campaign']['topology']}" if config["campaign"]["topology"] else "",
+        ldms=(f"--ldms {config['campaign']['ldms']} --ldms-margin {config['campaign']['ldms_margin']}"
+              if config["campaign"]["ldms"] else ""),
     log:
         f"{RESULTS}/logs/import-{{round}}.log",
     conda:
         "../envs/hpcvar.yaml"
     shell:
-        "{params.hpcvar} import-reframe {input.report} --raw {params.raw} {params.topology}"
+        "{params.hpcvar} import-reframe {input.report} --raw {params.raw} {params.topology} {params.ldms}"
         " --summary {output.summary} > {log} 2>&1"

@@ -13,6 +13,8 @@ report of a later round, only adds what is new.
   mpiP reports are kept.
 * microbenchmarks: their CSV files are kept (collate reads them into ``latency`` and
   ``latency_histograms``), with the job's stdout as ``stdout.txt``.
+* LDMS: with a store (``--ldms``), the rows of the job's window go to ``ldms/`` (:func:`slice_ldms`),
+  so the run keeps its own system-wide counters however the store is later rotated or pruned.
 * job: for the local scheduler the manifest carries the job itself (nodes, start, end, state,
   user from the report); for Slurm runs ``sacct.txt`` is collected (``collect_sacct``): every
   user's jobs that ran during the job's window, so collate finds the job's own state and its
@@ -32,7 +34,7 @@ from pathlib import Path
 
 import yaml
 
-from hpcvar.parsers import node_counters
+from hpcvar.parsers import ldms, node_counters
 from hpcvar.parsers.errors import ParseError
 from hpcvar.progress import Progress
 from hpcvar.simulate import sha256
@@ -134,7 +136,31 @@ def _copy(src: Path, dst: Path) -> None:
     tmp.replace(dst)
 
 
-def import_case(case: dict, session: dict, raw: Path, sacct: str = "sacct") -> str | None:
+def slice_ldms(case: dict, run_dir: Path, store: Path | None, margin: float) -> tuple[list[str], list[str]]:
+    """The LDMS store's rows of the job's window (``margin`` seconds either side, so the first
+    interval of the run has a sample before it) into ``run_dir/ldms/``: every producer, because
+    collate's ``io`` and ``sys`` scopes are the routers *outside* the job. Returns the files (for
+    the manifest) and notes; without a store, or with one that is missing, the run has no slice
+    and a note says why."""
+    if store is None:
+        return [], []
+    if not store.is_dir():
+        return [], [f"LDMS: store {store} not found; no system counters for this run"]
+    start, end = case.get("job_submit_time"), case.get("job_completion_time_unix")
+    if start is None or end is None:
+        return [], ["LDMS: the report has no job window; no system counters for this run"]
+    files = sorted(p for p in store.iterdir() if p.is_file() and not p.name.startswith("."))
+    if not files:
+        return [], [f"LDMS: store {store} is empty"]
+    written = ldms.slice_window(files, float(start) - margin, float(end) + margin, run_dir / "ldms")
+    if not written:
+        return [], [f"LDMS: store {store} has no samples between {_iso(float(start) - margin)} and "
+                    f"{_iso(float(end) + margin)}"]
+    return [f"ldms/{p.name}" for p in written], []
+
+
+def import_case(case: dict, session: dict, raw: Path, sacct: str = "sacct", ldms_store: Path | None = None,
+                ldms_margin: float = 60.0) -> str | None:
     """One test case -> ``runs/<run_id>/``; returns the run id, or None when already imported."""
     run_id = run_id_of(case, session["uuid"])
     run_dir = raw / "runs" / run_id
@@ -168,6 +194,10 @@ def import_case(case: dict, session: dict, raw: Path, sacct: str = "sacct") -> s
         files.append("sacct.txt")
     if not passed:
         notes.append(f"ReFrame: {case.get('fail_phase')} failed: {case.get('fail_reason')}")
+    else:
+        sliced, ldms_notes = slice_ldms(case, run_dir, ldms_store, ldms_margin)
+        files += sliced
+        notes += ldms_notes
     samples = sorted(run_dir.glob("node-counters-*.csv"))
     if kind == "app" and samples and passed:
         from hpcvar.parsers import apps
@@ -237,7 +267,8 @@ def _ensure_system(raw: Path, system: str, nodes: set[str], topology: Path | Non
 
 
 def import_reports(reports: list[str | Path], raw: str | Path, topology: str | Path | None = None,
-                   sacct: str = "sacct") -> ImportResult:
+                   sacct: str = "sacct", ldms_store: str | Path | None = None,
+                   ldms_margin: float = 60.0) -> ImportResult:
     raw, result = Path(raw), ImportResult()
     for report in map(Path, reports):
         try:
@@ -255,7 +286,8 @@ def import_reports(reports: list[str | Path], raw: str | Path, topology: str | P
             _ensure_system(raw, case["system"], set(case.get("job_nodelist") or []),
                            Path(topology) if topology else None)
             try:
-                run_id = import_case(case, session, raw, sacct)
+                run_id = import_case(case, session, raw, sacct, Path(ldms_store) if ldms_store else None,
+                                     ldms_margin)
             except ParseError as exc:
                 # The directory stays without a manifest (collate skips it); the next import retries.
                 result.errors.append({**exc.as_dict(), "run_id": run_id_of(case, session["uuid"])})

@@ -31,7 +31,7 @@ required column; the error names the file and the 1-based line.
 
 Public API: :func:`sniff`, :func:`read`, :func:`describe`, :func:`iter_chunks`,
 :func:`iter_deltas` (with :class:`DeltaStats` and :class:`Reset`), :func:`split_device`,
-:class:`StoreCsvWriter`.
+:func:`slice_window` (a run's window of a store, for its raw directory), :class:`StoreCsvWriter`.
 """
 
 from __future__ import annotations
@@ -700,6 +700,71 @@ def _median_interval(time: np.ndarray, producer: np.ndarray) -> float | None:
 
 def _iso(epoch: float) -> str:
     return datetime.fromtimestamp(float(epoch), tz=timezone.utc).isoformat()
+
+
+# --------------------------------------------------------------------------------- slicing
+
+
+def _last_time(layout: _Layout) -> float:
+    """Time of the file's last complete row (-inf if none): read from its tail, not the whole file."""
+    size = layout.path.stat().st_size
+    offset = max(0, size - max(64 * 1024, 4 * layout.row_bytes))
+    with layout.path.open("rb") as fh:
+        fh.seek(offset)
+        lines = fh.read().split(b"\n")
+    # The last piece is empty or a line still being written; the first may start mid-line.
+    for raw in reversed(lines[1 if offset else 0:-1]):
+        field = raw.split(b",", 1)[0]
+        try:
+            value = float(field)
+        except ValueError:
+            continue
+        return value / 1000 if layout.time_column == TIME_MSEC else value
+    return float("-inf")
+
+
+def slice_window(paths: str | Path | Iterable[str | Path], start: float, end: float,
+                 out_dir: str | Path) -> list[Path]:
+    """Copy the rows of a store sampled in ``[start, end]`` (epoch seconds) into ``out_dir``.
+
+    One output file per data file that has such rows, under the data file's own name, its header
+    line first (an ``altheader`` file's header is put inline): the slice is itself a store_csv
+    store that :func:`iter_deltas` reads. Rows are copied byte for byte, in their order. Files
+    wholly before or after the window are skipped by their first and last rows; a last line
+    without its newline (ldmsd still writing it) is not copied. Returns the files written.
+    """
+    plan = _plan(paths)
+    out_dir = Path(out_dir)
+    written = []
+    for layout in plan.layouts:
+        if layout.first_time() > end + REORDER_WINDOW or _last_time(layout) < start - REORDER_WINDOW:
+            continue
+        scale = 1000.0 if layout.time_column == TIME_MSEC else 1.0
+        with layout.header_path.open("rb") as fh:
+            header = fh.readline()
+        kept = []
+        with layout.path.open("rb") as src:
+            for lineno, raw in enumerate(src, start=1):
+                if lineno <= layout.skip_rows or not raw.endswith(b"\n"):
+                    continue
+                field = raw.split(b",", 1)[0]
+                try:
+                    t = float(field) / scale
+                except ValueError:
+                    text = field[:40].decode("utf-8", errors="replace")
+                    raise ParseError(layout.path, f"{layout.time_column} {text!r} is not a number",
+                                     line=lineno) from None
+                if start <= t <= end:
+                    kept.append(raw)
+        if not kept:
+            continue
+        out_dir.mkdir(parents=True, exist_ok=True)
+        dst = out_dir / layout.path.name
+        tmp = dst.with_name(f".{dst.name}.tmp")
+        tmp.write_bytes(header + b"".join(kept))
+        tmp.replace(dst)
+        written.append(dst)
+    return written
 
 
 # ---------------------------------------------------------------------------------- writer
