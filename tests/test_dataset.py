@@ -53,7 +53,9 @@ def _round(*job_ids: int, system: str = "cori") -> dict[str, pd.DataFrame]:
         neigh.append(dict(run_id=rid, job_id=str(job + 1000), user="user-ffff000011", num_nodes=128,
                           overlap_s=30.0, shared_groups=1, shared_routers=0))
         lat += [dict(run_id=rid, benchmark="collectives", operation="allreduce", size_bytes=8, pair="", cycle=0,
-                     iteration=i, value_us=1.5 + i) for i in range(2)]
+                     iteration=i, value_us=1.5 + i, start_epoch_s=None) for i in range(2)]
+        lat += [dict(run_id=rid, benchmark="aggressor", operation="uniform-random", size_bytes=65536, pair="",
+                     cycle=0, iteration=0, value_us=68.5, start_epoch_s=1.7e9 + 0.25)]
         hist += [dict(run_id=rid, kind="timer", pair="0", bin=b, lower_us=0.05 * b, upper_us=0.05 * (b + 1),
                       count=10 - b) for b in range(2)]
         rc += [dict(run_id=rid, scope="job", counter="net.tx_bytes", value=1.5e9, seconds=28.5, sources=4),

@@ -140,9 +140,41 @@ def test_node_counts_and_tasks_per_node_are_configuration(tmp_path):
 
 @pytest.fixture(scope="module")
 def local_run(tmp_path_factory):
-    """The suite run for real here (``--system local``: the microbenchmarks on 2 ranks)."""
+    """The campaign's tests run for real here (``--system local``: the microbenchmarks on 2 ranks)."""
     prefix = tmp_path_factory.mktemp("rfm-local")
-    return prefix, reframe("-c", "reframe_tests", "-R", "--system", "local", "-r", prefix=prefix)
+    return prefix, reframe("-c", "reframe_tests", "-R", "--system", "local", "-t", "campaign", "-r", prefix=prefix)
+
+
+def test_aggressor_runs_for_its_duration_and_imports_into_latency(tmp_path):
+    """The interference experiments' traffic generator: not a campaign test (-t campaign leaves it
+    out), run here for 2 s; every iteration lands in `latency` with its start time."""
+    from hpcvar.anonymise import Pseudonymiser
+    from hpcvar.campaign.reframe_import import import_reports
+    from hpcvar.collate import collate
+    from hpcvar.dataset import Dataset
+    from hpcvar.parsers import microbenchmarks
+
+    listed = reframe("-c", "reframe_tests/microbenchmarks", "--system", "local", "-t", "campaign", "-l",
+                     prefix=tmp_path)
+    assert "Collectives" in listed.stdout and "Aggressor" not in listed.stdout
+    out = reframe("-c", "reframe_tests/microbenchmarks", "--system", "local", "-n", "Aggressor", "-S",
+                  "Aggressor.duration_s=2", "-S", "Aggressor.pattern=periodic-allreduce", "-S",
+                  "Aggressor.message_bytes=262144", "-S", "Aggressor.compute_s=0.01", "-r", prefix=tmp_path)
+    assert out.returncode == 0, out.stdout[-4000:]
+    (csv,) = (tmp_path / "output").rglob("Aggressor_*/aggressor.csv")
+    table = microbenchmarks.read_aggressor(csv)
+    assert table.attrs["meta"]["pattern"] == "periodic-allreduce" and table.attrs["meta"]["size_bytes"] == 262144
+    span = table["start_epoch_s"].iloc[-1] - table["start_epoch_s"].iloc[0]
+    assert 1.5 < span < 2.5 and len(table) > 20  # 2 s of 10 ms compute phases plus the allreduces
+    imported = import_reports(sorted((tmp_path / "reports").glob("*.json")), tmp_path / "raw").imported
+    assert len(imported) == 1
+    collate(tmp_path / "raw", tmp_path / "dataset", Pseudonymiser(b"salt"))
+    ds = Dataset(tmp_path / "dataset")
+    assert list(ds.read("runs")["dataset"]) == ["aggressor-1"]
+    latency = ds.read("latency")
+    assert set(latency["benchmark"]) == {"aggressor"} and set(latency["operation"]) == {"periodic-allreduce"}
+    assert len(latency) == len(table)
+    assert latency.sort_values("iteration")["start_epoch_s"].tolist() == pytest.approx(table["start_epoch_s"].tolist())
 
 
 def test_microbenchmarks_run_for_real_on_the_local_system(local_run):

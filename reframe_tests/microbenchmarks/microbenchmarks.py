@@ -32,7 +32,8 @@ class build_microbenchmarks(rfm.CompileOnlyRegressionTest):
     def built(self):
         return sn.all([sn.assert_not_found(r"warning:", self.stderr),
                        *(sn.assert_true(Path(self.stagedir, b).exists(), msg=f"{b} was not built")
-                         for b in ("hpcvar-collectives", "hpcvar-overtime", "hpcvar-confidence"))])
+                         for b in ("hpcvar-collectives", "hpcvar-overtime", "hpcvar-confidence",
+                                   "hpcvar-aggressor"))])
 
 
 class MicrobenchmarkRun(rfm.RunOnlyRegressionTest, CampaignRun, CounterSampler):
@@ -162,3 +163,41 @@ class Confidence(MicrobenchmarkRun):
                        sn.assert_true(bool((per_cycle == pairs).all()), msg="a pair was not measured every cycle"),
                        sn.assert_true(bool((minima["min_pairwise_us"] > 0).all()),
                                       msg="timer cost not subtracted correctly: non-positive minimum")])
+
+
+@rfm.simple_test
+class Aggressor(MicrobenchmarkRun):
+    """Not a campaign dataset: the traffic generator of interference experiments (`hpcvar
+    interference run`), which runs it beside a victim for a fixed time. Campaign rounds select
+    ``-t campaign`` and leave it out."""
+
+    descr = "Interfering traffic: periodic allreduce bursts (ML training) or uniform-random messages"
+    program = "hpcvar-aggressor"
+    tags = {"microbenchmark", "interference"}
+    pattern = variable(str, value="uniform-random")
+    message_bytes = variable(int, value=65536)
+    messages = variable(int, value=4)
+    compute_s = variable(float, value=0.001)
+    duration_s = variable(float, value=10.0)
+
+    @run_before("run")
+    def _options(self):
+        self.executable_opts = ["-p", self.pattern, "-s", str(self.message_bytes), "-m", str(self.messages),
+                                "-c", str(self.compute_s), "-d", str(self.duration_s), "-o", "aggressor.csv"]
+        self.keep_files += ["aggressor.csv"]
+
+    @run_before("performance")
+    def _perf_variables(self):
+        self.perf_variables["comm_median"] = sn.make_performance_function(sn.extractsingle(
+            r"^hpcvar-aggressor: pattern=\S+ size=\d+ iterations=\d+ median_us=(\S+)", self.stdout, 1, float), "us")
+
+    @sanity_function
+    def validate(self):
+        from hpcvar.parsers import microbenchmarks
+
+        table = microbenchmarks.read_aggressor(self.output("aggressor.csv"))
+        return sn.all([self.done(),
+                       sn.assert_eq(table.attrs["meta"]["pattern"], self.pattern),
+                       sn.assert_gt(len(table), 0, msg="no iteration finished"),
+                       sn.assert_true(bool((table["comm_max_us"] >= table["comm_min_us"]).all()),
+                                      msg="per-iteration max < min")])

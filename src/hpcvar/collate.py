@@ -198,6 +198,11 @@ def _microbenchmark_tables(run_dir: Path, run_id: str) -> tuple[pd.DataFrame, pd
             lat.append(pd.DataFrame({"benchmark": "confidence", "operation": "pairwise_min", "size_bytes": 1,
                                      "pair": t["rank_a"].astype(str) + "-" + t["rank_b"].astype(str),
                                      "cycle": t["cycle"], "iteration": 0, "value_us": t["min_pairwise_us"]}))
+        elif kind == microbenchmarks.KIND_AGGRESSOR:
+            lat.append(pd.DataFrame({"benchmark": "aggressor", "operation": t.attrs["meta"]["pattern"],
+                                     "size_bytes": t.attrs["meta"]["size_bytes"], "pair": "", "cycle": 0,
+                                     "iteration": t["iteration"], "value_us": t["comm_max_us"],
+                                     "start_epoch_s": t["start_epoch_s"]}))
         elif kind == microbenchmarks.KIND_CONFIDENCE_HISTOGRAM:
             # Pairs as "<a>-<b>"; the timer histogram is per rank.
             pair = np.where(t["kind"] == "timer", t["rank_a"].astype(str),

@@ -168,17 +168,20 @@ LATENCY = Table(
     ("run_id", "benchmark", "operation", "size_bytes", "pair", "cycle", "iteration"),
     (
         _c("run_id", pa.string(), "Run identifier.", False),
-        _c("benchmark", pa.string(), "`collectives`, `overtime` or `confidence`.", False),
+        _c("benchmark", pa.string(), "`collectives`, `overtime`, `confidence` or `aggressor`.", False),
         _c("operation", pa.string(), "bcast, reduce, alltoall, allreduce (collectives); latency, bandwidth, "
-                                     "allreduce (overtime phases); pairwise_min (confidence).", False),
+                                     "allreduce (overtime phases); pairwise_min (confidence); periodic-allreduce, "
+                                     "uniform-random (aggressor).", False),
         _c("size_bytes", pa.int64(), "Message size in bytes (1 for confidence).", False),
         _c("pair", pa.string(), "`<rank a>-<rank b>` for confidence pairs; empty otherwise.", False),
         _c("cycle", pa.int32(), "Overtime/confidence cycle (0 for collectives).", False),
         _c("iteration", pa.int32(), "0-based timed iteration within the cycle (0 for a pair's cycle minimum).",
            False),
-        _c("value_us", pa.float64(), "The slowest rank's time for the operation (collectives, overtime) or the "
-                                     "pair's minimum pairwise latency in the cycle (confidence), microseconds.",
-           False),
+        _c("value_us", pa.float64(), "The slowest rank's time for the operation (collectives, overtime, the "
+                                     "aggressor's communication phase) or the pair's minimum pairwise latency in "
+                                     "the cycle (confidence), microseconds.", False),
+        _c("start_epoch_s", pa.float64(), "When the operation started (seconds since 1970, UTC), for benchmarks "
+                                          "that record it (aggressor); null otherwise."),
     ),
 )
 

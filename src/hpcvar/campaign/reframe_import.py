@@ -43,7 +43,7 @@ from hpcvar.simulate import sha256
 SACCT_FORMAT = "JobID,JobName,User,Account,Partition,Submit,Start,End,Elapsed,Timelimit,State,ExitCode,NNodes,NodeList"
 
 MICROBENCHMARKS = {"hpcvar-collectives": "collectives", "hpcvar-overtime": "overtime",
-                   "hpcvar-confidence": "confidence"}
+                   "hpcvar-confidence": "confidence", "hpcvar-aggressor": "aggressor"}
 
 
 @dataclass

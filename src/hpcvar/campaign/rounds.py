@@ -29,7 +29,8 @@ def reframe_command(report: Path, config: str, system: str, checks: list[str], t
     cmd = [str(exe) if exe.exists() else "reframe", "-C", config, "--system", system]
     for c in checks:
         cmd += ["-c", c]
-    cmd += ["-R"]
+    # Campaign datasets only: the interference experiments' traffic generator (tag interference) is not one.
+    cmd += ["-R", "-t", "campaign"]
     for t in tests:
         cmd += ["-n", t]
     return [*cmd, "--exec-order=random", "--report-file", str(report), *options, "-r"]

@@ -1,6 +1,6 @@
 """Output of the project's MPI microbenchmarks (``reframe_tests/microbenchmarks``).
 
-This module owns the six CSV files the three C benchmarks write (format version 1), documented in
+This module owns the seven CSV files the four C benchmarks write (format version 1), documented in
 ``reframe_tests/microbenchmarks/README.md``. Every file is::
 
     # hpcvar <file kind> v1                 magic line: which file, which format version
@@ -27,6 +27,8 @@ magic (kind)                              header row
 (``mb_confidence_minima``)                ``median_pairwise_us``
 ``hpcvar confidence samples v1``          ``cycle,rank_a,rank_b,trial,a_us,b_us,pairwise_us``
 (``mb_confidence_samples``)
+``hpcvar aggressor v1``                   ``iteration,start_epoch_s,comm_max_us,comm_min_us,comm_mean_us``
+(``mb_aggressor``)
 ========================================  ==================================================================
 
 Times are microseconds (``_us``) or seconds (``_s``; ``epoch`` = seconds since 1970 UTC from
@@ -63,7 +65,7 @@ import pandas as pd
 from hpcvar.parsers.errors import ParseError
 
 _MAGIC = re.compile(r"^# hpcvar (collectives|overtime phases|overtime iterations|confidence histogram|"
-                    r"confidence minima|confidence samples) v(\d+)\s*$")
+                    r"confidence minima|confidence samples|aggressor) v(\d+)\s*$")
 SUPPORTED_VERSIONS = {"1"}
 
 KIND_COLLECTIVES = "mb_collectives"
@@ -72,6 +74,7 @@ KIND_OVERTIME_ITERATIONS = "mb_overtime_iterations"
 KIND_CONFIDENCE_HISTOGRAM = "mb_confidence_histogram"
 KIND_CONFIDENCE_MINIMA = "mb_confidence_minima"
 KIND_CONFIDENCE_SAMPLES = "mb_confidence_samples"
+KIND_AGGRESSOR = "mb_aggressor"
 _KINDS = {
     "collectives": KIND_COLLECTIVES,
     "overtime phases": KIND_OVERTIME_PHASES,
@@ -79,11 +82,13 @@ _KINDS = {
     "confidence histogram": KIND_CONFIDENCE_HISTOGRAM,
     "confidence minima": KIND_CONFIDENCE_MINIMA,
     "confidence samples": KIND_CONFIDENCE_SAMPLES,
+    "aggressor": KIND_AGGRESSOR,
 }
 
 COLLECTIVES = ("bcast", "reduce", "alltoall", "allreduce")
 WORK_PHASES = ("latency", "bandwidth", "allreduce")
 HISTOGRAM_KINDS = ("timer", "onesided", "pairwise", "minima")
+AGGRESSOR_PATTERNS = ("periodic-allreduce", "uniform-random")
 
 
 def _time(path: Path, text: str, line: int, column: str) -> float:
@@ -141,6 +146,8 @@ _COLUMNS: dict[str, dict[str, Callable]] = {
                              "median_pairwise_us": _time},
     KIND_CONFIDENCE_SAMPLES: {"cycle": _int, "rank_a": _int, "rank_b": _int, "trial": _int, "a_us": _time,
                               "b_us": _time, "pairwise_us": _time},
+    KIND_AGGRESSOR: {"iteration": _int, "start_epoch_s": _time, "comm_max_us": _time, "comm_min_us": _time,
+                     "comm_mean_us": _time},
 }
 
 
@@ -218,7 +225,7 @@ def _kind_of(path: Path, first: str) -> tuple[str, str]:
     match = _MAGIC.match(first)
     if match is None:
         raise ParseError(path, "expected a first line '# hpcvar <collectives|overtime phases|overtime iterations|"
-                               "confidence histogram|confidence minima|confidence samples> v1'", 1)
+                               "confidence histogram|confidence minima|confidence samples|aggressor> v1'", 1)
     if match.group(2) not in SUPPORTED_VERSIONS:
         raise ParseError(path, f"format version {match.group(2)} not supported (this hpcvar reads "
                                f"{', '.join(sorted(SUPPORTED_VERSIONS))})", 1)
@@ -233,11 +240,11 @@ def _meta_value(path: Path, key: str, value: str, line: int):
         return n
     if key == "hosts":
         return value.split(",") if value else []
-    if key in ("start_epoch", "start_wtime", "wtick", "bin_size_us"):
+    if key in ("start_epoch", "start_wtime", "wtick", "bin_size_us", "compute_s"):
         return _float(path, value, line, key)
     if key == "timer_min_us":
         return [_float(path, v, line, key) for v in value.split(",")]
-    if key in ("iterations", "warmup", "cycles", "trials", "nbins", "timer_samples") or key.endswith(
+    if key in ("iterations", "warmup", "cycles", "trials", "nbins", "timer_samples", "messages") or key.endswith(
             ("_iterations", "_bytes", "_window")):
         return _int(path, value, line, key)
     return value
@@ -407,6 +414,19 @@ def _check_samples(path: Path, frame: pd.DataFrame, meta: dict, line_numbers: li
         raise ParseError(path, f"expected {expected} samples, found {len(frame)} (file truncated?)", line_numbers[-1])
 
 
+def _check_aggressor(path: Path, frame: pd.DataFrame, meta: dict, line_numbers: list[int]) -> None:
+    h = frame.attrs["header_line"]
+    pattern = _need(path, meta, "pattern", h)
+    if pattern not in AGGRESSOR_PATTERNS:
+        raise ParseError(path, f"pattern {pattern!r}: expected one of {', '.join(AGGRESSOR_PATTERNS)}", h)
+    _need(path, meta, "size_bytes", h)
+    _complete(path, frame, [], "iteration", {(): _need(path, meta, "iterations", h)}, line_numbers, "aggressor")
+    starts = frame["start_epoch_s"].to_numpy()
+    later = np.flatnonzero(starts[1:] < starts[:-1])
+    if later.size:
+        raise ParseError(path, "start_epoch_s goes back in time", line_numbers[later[0] + 1])
+
+
 _CHECKS = {
     KIND_COLLECTIVES: _check_collectives,
     KIND_OVERTIME_PHASES: _check_overtime_phases,
@@ -414,6 +434,7 @@ _CHECKS = {
     KIND_CONFIDENCE_HISTOGRAM: _check_histogram,
     KIND_CONFIDENCE_MINIMA: _check_minima,
     KIND_CONFIDENCE_SAMPLES: _check_samples,
+    KIND_AGGRESSOR: _check_aggressor,
 }
 
 
@@ -450,6 +471,11 @@ def read_confidence_minima(path: str | Path) -> pd.DataFrame:
 def read_confidence_samples(path: str | Path) -> pd.DataFrame:
     """hpcvar-confidence ``-r``: every timed exchange (one-sided and pairwise latency, us)."""
     return _read(path, KIND_CONFIDENCE_SAMPLES)
+
+
+def read_aggressor(path: str | Path) -> pd.DataFrame:
+    """hpcvar-aggressor: one row per iteration (its communication phase over ranks, us)."""
+    return _read(path, KIND_AGGRESSOR)
 
 
 def write_collectives(path: str | Path, frame: pd.DataFrame, *, hosts: Sequence[str], start_epoch: float,
@@ -513,6 +539,10 @@ def describe(path: str | Path) -> dict:
         figures["cycles"] = int(frame["cycle"].nunique())
         figures["min_pairwise_us"] = float(frame["min_pairwise_us"].min())
         figures["median_cycle_min_us"] = float(frame["min_pairwise_us"].median())
+    elif kind == KIND_AGGRESSOR:
+        span = [_iso(float(frame["start_epoch_s"].min())), _iso(float(frame["start_epoch_s"].max()))]
+        figures.update(pattern=meta.get("pattern"), size_bytes=meta.get("size_bytes"), iterations=len(frame),
+                       median_comm_us=round(float(frame["comm_max_us"].median()), 3))
     else:
         figures["samples"] = len(frame)
         figures["median_pairwise_us"] = float(frame["pairwise_us"].median())
