@@ -315,7 +315,7 @@ system:
 # (text replaced, text put instead, key named, message, text of the line named: the key's own line
 # or, for a missing key, its section's)
 @pytest.mark.parametrize("old, new, key, message, line_text", [
-    ("  nodes: 8\n", "  nodes: -3\n", "victim.nodes", "expected an integer >= 2, got -3", "  nodes: -3"),
+    ("  nodes: 8\n", "  nodes: -3\n", "victim.nodes", "expected an integer >= 1, got -3", "  nodes: -3"),
     ("[random-groups]", "[random-groups, nearby]", "policies.1", "unknown placement policy 'nearby'",
      "policies: [random-groups, nearby]"),
     ("group_shape: 1d", "group_shape: 3d", "system.group_shape", "expected one of 1d, 2d, got '3d'",
@@ -351,8 +351,12 @@ def test_overrides_and_their_errors(tmp_path):
     exp = load_experiment(path, {"system.groups": 5, "aggressors.0.nodes": 12, "routing": ["minimal", "adaptive"]})
     assert (exp.system.groups, exp.aggressors[0].nodes, exp.routing) == (5, 12, ("minimal", "adaptive"))
     assert exp.aggressors[0].message_bytes == 4 * 2 ** 20 and exp.victim.name == "milc"
-    with pytest.raises(ExperimentError, match=r"victim.nodes: expected an integer >= 2, got 1 \(set with --set\)"):
-        load_experiment(path, {"victim.nodes": 1})
+    with pytest.raises(ExperimentError, match=r"victim.nodes: expected an integer >= 1, got 0 \(set with --set\)"):
+        load_experiment(path, {"victim.nodes": 0})
+    # One node is a job Slurm can run, not one the simulated network (a rank per node) can.
+    one = load_experiment(path, {"victim.nodes": 1})
+    with pytest.raises(ExperimentError, match="victim.nodes: the simulated network runs one rank per node"):
+        run_experiment(one, progress=False)
     with pytest.raises(ExperimentError, match="'aggressors.3' is not an item of a 1-item list"):
         load_experiment(path, {"aggressors.3.nodes": 4})
     assert parse_bytes("28.15MiB") == round(28.15 * 2 ** 20) and parse_bytes("10KB") == 10_000

@@ -218,6 +218,46 @@ def cmd_interference(a) -> int:
     return 0
 
 
+def cmd_interference_run(a) -> int:
+    from hpcvar.analyses.interference import analyse
+    from hpcvar.anonymise import Pseudonymiser, load_salt
+    from hpcvar.campaign.interference import ExperimentRunError, run
+    from hpcvar.collate import collate
+    from hpcvar.parsers.errors import ParseError
+    from hpcvar.simulate.interference import load_experiment
+
+    overrides = {k: yaml_value(v) for k, v in _kv(getattr(a, "set", [])).items()}
+    out = Path(a.out)
+    try:
+        if a.action == "run":
+            exp = load_experiment(a.experiment, overrides)
+            run(exp, out)
+            out.mkdir(parents=True, exist_ok=True)
+            Path(out, "experiment.yaml").write_text(yaml_dump(exp.document))
+            pseudo = Pseudonymiser(load_salt(a.salt_file))
+            result = collate(out / "raw", out / "dataset", pseudo)
+            print(f"collated {len(result.new_runs)} new runs of the experiment into {out / 'dataset'}")
+        summary = analyse(out, a.analysis_out)
+    except (ParseError, ExperimentRunError) as exc:
+        print(f"hpcvar interference: {exc}", file=sys.stderr)
+        return 2
+    print(f"{summary['experiment']}: slowdown (median over repetitions): job, policy, total, communication, latency")
+    for job, by_policy in summary["slowdowns"].items():
+        for policy, figures in by_policy.items():
+            f = figures["site"]
+            print(f"  {job:<14} {policy:<20} " + " ".join("    n/a" if f[k] is None else f"{f[k]:7.3f}"
+                                                          for k in ("slowdown_total", "slowdown_comm", "slowdown_latency")))
+    for note in summary["notes"]:
+        print(f"  note: {note}", file=sys.stderr)
+    return 0
+
+
+def yaml_dump(doc) -> str:
+    import yaml
+
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hpcvar", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -411,6 +451,24 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override a key, dotted, value as YAML: --set system.groups=9, --set aggressors.0.nodes=64, "
                         "--set 'routing=[adaptive]' (repeatable)")
     s.set_defaults(func=cmd_interference)
+    s = inter.add_parser("run", help="run an experiment for real on a Slurm cluster (ReFrame submits the jobs)",
+                         description="Every placement policy x repetition of EXPERIMENT.yaml on the cluster its "
+                                     "slurm: section names: node lists chosen by the policy among sinfo's free nodes, "
+                                     "the victim alone, each aggressor alone, then all together; every job a ReFrame "
+                                     "run imported into OUT/raw and collated into OUT/dataset, then analysed "
+                                     "(jobs.csv, samples, summary.json). Re-running continues an interrupted "
+                                     "experiment. Exit 2 when a step cannot be carried out.")
+    s.add_argument("experiment", metavar="EXPERIMENT.yaml", help="experiment description with a slurm: section")
+    s.add_argument("--out", required=True, help="experiment directory (reports, raw, dataset, tables)")
+    s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a key, dotted, value as YAML: --set repetitions=1, --set slurm.share_nodes=true")
+    s.add_argument("--salt-file", default=".hpcvar-salt", help="salt for user pseudonyms (created if absent)")
+    s.add_argument("--analysis-out", help="write the tables and summary.json here instead of OUT")
+    s.set_defaults(func=cmd_interference_run)
+    s = inter.add_parser("analyse", help="slowdowns of a real experiment's runs (after `interference run`)")
+    s.add_argument("out", metavar="OUT", help="the experiment directory of `hpcvar interference run`")
+    s.add_argument("--analysis-out", help="write the tables and summary.json here instead of OUT")
+    s.set_defaults(func=cmd_interference_run, action="analyse")
     return p
 
 

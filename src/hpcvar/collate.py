@@ -126,7 +126,10 @@ def _our_job(jobs: pd.DataFrame, job_id: str, path: Path) -> pd.Series:
 def neighbourhood(jobs: pd.DataFrame, me: pd.Series, topo: Topology, my_routers: set, my_groups: set,
                   window_end: pd.Timestamp) -> pd.DataFrame:
     """Other users' and our other allocations that ran during [start, end] of our job."""
+    columns = ["job_id", "user", "num_nodes", "overlap_s", "shared_groups", "shared_routers"]
     alloc = jobs[jobs["step"].isna() & (jobs["job_id"] != me["job_id"]) & jobs["start"].notna()].copy()
+    if alloc.empty:  # nobody else was running
+        return pd.DataFrame(columns=columns)
     end = alloc["end"].fillna(window_end)
     overlap = (np.minimum(end, me["end"]) - np.maximum(alloc["start"], me["start"])).dt.total_seconds()
     alloc = alloc.assign(overlap_s=overlap)
@@ -142,7 +145,7 @@ def neighbourhood(jobs: pd.DataFrame, me: pd.Series, topo: Topology, my_routers:
                      "overlap_s": float(j.overlap_s),
                      "shared_groups": len(topo.groups_of(nodes) & my_groups),
                      "shared_routers": len(topo.routers_of(nodes) & my_routers)})
-    return pd.DataFrame(rows, columns=["job_id", "user", "num_nodes", "overlap_s", "shared_groups", "shared_routers"])
+    return pd.DataFrame(rows, columns=columns)
 
 
 def _background(jobs: pd.DataFrame | None, me: pd.Series, topo: Topology) -> dict:
@@ -233,7 +236,8 @@ def _sampler_run_counters(run_dir: Path, run_id: str) -> pd.DataFrame:
     spans = frame.groupby(["node", "source", "device", "counter"])["epoch"].agg(["min", "max"])
     start, end = float(spans["min"].max()), float(spans["max"].min())
     if not end > start:
-        raise ParseError(files[0], "the node samplers' samples do not overlap in time: no span that every node covers")
+        # A job shorter than the sampling interval: one sample per counter, no change to report.
+        return pd.DataFrame(columns=RUN_COUNTER_COLUMNS)
     deltas = node_counters.step_deltas(frame, pd.DataFrame({"step": [0], "start": [start], "end": [end]}))
     names = [c for c in deltas.columns if c != "step"]
     return pd.DataFrame({"run_id": run_id, "scope": "job", "counter": names,

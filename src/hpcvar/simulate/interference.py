@@ -117,7 +117,7 @@ PATTERNS: dict[str, str] = {
              "offset is the job's nodes per group",
 }
 _PATTERN_KEYS = {"halo": {"dims"}, "uniform-random": {"messages"}, "shift": {"offset"}}
-_JOB_KEYS = {"name", "test", "pattern", "nodes", "message_bytes", "compute_s", "fluctuation"}
+_JOB_KEYS = {"name", "test", "pattern", "nodes", "message_bytes", "compute_s", "fluctuation", "options"}
 
 ROUTINGS = ("minimal", "adaptive")
 
@@ -145,6 +145,7 @@ class JobSpec:
     compute_s: float = 0.0         # computation between communication phases (ML: the burst period)
     fluctuation: float = 0.0       # log-normal sigma of the job's rate, drawn per sampled iteration
     test: str | None = None        # the ReFrame test that plays this job in real experiments
+    options: tuple[str, ...] = ()  # extra ReFrame arguments for that test (real experiments)
     dims: int = 3                  # halo
     messages: int = 1              # uniform-random
     offset: int | None = None      # shift (None: nodes // 2)
@@ -183,6 +184,22 @@ class SystemSpec:
 
 
 @dataclass(frozen=True)
+class SlurmSpec:
+    """How real experiments reach the cluster (the ``slurm:`` section; ``hpcvar interference run``)."""
+
+    reframe_config: str = "config/reframe/settings.py"
+    system: str = "generic-slurm"            # ReFrame system (its partition's access sets partition/account)
+    checks: tuple[str, ...] = ("reframe_tests",)
+    topology: str | None = None              # node -> router -> group map; None: sinfo's nodes, flat
+    partition: str | None = None             # where sinfo looks for free nodes (None: every partition)
+    free_states: tuple[str, ...] = ("idle",)  # node states a placement may use
+    share_nodes: bool = False                # too few free nodes: let jobs share them (toy clusters)
+    aggressor_duration_s: float | None = None  # None: 1.5 x the victim's time alone + 30 s
+    settle_s: float = 5.0                    # wait after the aggressors run before starting the victim
+    options: tuple[str, ...] = ()            # ReFrame arguments for every job
+
+
+@dataclass(frozen=True)
 class PolicySpec:
     """A placement policy for one run: the victim's policy and the aggressors'."""
 
@@ -205,6 +222,7 @@ class Experiment:
     samples: int
     solver_rounds: int
     system: SystemSpec | None      # None: the file describes real experiments only
+    slurm: SlurmSpec | None = None  # None: defaults (hpcvar interference run)
     source: str = "<dict>"
     document: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -370,7 +388,7 @@ def _parse_job(ck: _Checker, raw, path: tuple, role: str) -> JobSpec:
     d = ck.mapping(raw, path)
     pattern = ck.choice(d, "pattern", path, list(PATTERNS))
     ck.mapping(d, path, _JOB_KEYS | _PATTERN_KEYS.get(pattern, set()))
-    nodes = ck.integer(d, "nodes", path, 2)
+    nodes = ck.integer(d, "nodes", path, 1)
     if "message_bytes" not in d:
         ck.fail((*path, "message_bytes"), "missing (expected a size such as 8, 486KiB or 28.15MiB)")
     try:
@@ -394,8 +412,12 @@ def _parse_job(ck: _Checker, raw, path: tuple, role: str) -> JobSpec:
         extra["messages"] = ck.integer(d, "messages", path, 1, default=1)
     if pattern == "shift":
         extra["offset"] = ck.integer(d, "offset", path, 1, default=nodes // 2, maximum=nodes - 1)
+    options = d.get("options", [])
+    if not isinstance(options, list) or not all(isinstance(o, str) for o in options):
+        ck.fail((*path, "options"), f"expected a list of ReFrame arguments (strings), got {options!r}")
     return JobSpec(name=name, role=role, pattern=pattern, nodes=nodes, message_bytes=message_bytes,
-                   compute_s=compute_s, fluctuation=ck.number(d, "fluctuation", path, 0.0), test=test, **extra)
+                   compute_s=compute_s, fluctuation=ck.number(d, "fluctuation", path, 0.0), test=test,
+                   options=tuple(options), **extra)
 
 
 def _parse_system(ck: _Checker, raw) -> SystemSpec:
@@ -437,6 +459,37 @@ def _parse_system(ck: _Checker, raw) -> SystemSpec:
     return spec
 
 
+def _parse_slurm(ck: _Checker, raw) -> SlurmSpec:
+    path = ("slurm",)
+    d = ck.mapping(raw, path, set(SlurmSpec.__dataclass_fields__))
+    out = {}
+    for key in ("reframe_config", "system"):
+        if key in d:
+            if not isinstance(d[key], str) or not d[key]:
+                ck.fail((*path, key), f"expected a string, got {d[key]!r}")
+            out[key] = d[key]
+    for key in ("topology", "partition"):
+        if d.get(key) is not None:
+            if not isinstance(d[key], str):
+                ck.fail((*path, key), f"expected a string or null, got {d[key]!r}")
+            out[key] = d[key]
+    for key in ("checks", "free_states", "options"):
+        if key in d:
+            v = d[key]
+            if not isinstance(v, list) or not all(isinstance(x, str) for x in v) or (key != "options" and not v):
+                ck.fail((*path, key), f"expected a list of strings, got {v!r}")
+            out[key] = tuple(v)
+    if "share_nodes" in d:
+        if not isinstance(d["share_nodes"], bool):
+            ck.fail((*path, "share_nodes"), f"expected true or false, got {d['share_nodes']!r}")
+        out["share_nodes"] = d["share_nodes"]
+    if d.get("aggressor_duration_s") is not None:
+        out["aggressor_duration_s"] = ck.number(d, "aggressor_duration_s", path, 0.0, positive=True)
+    if "settle_s" in d:
+        out["settle_s"] = ck.number(d, "settle_s", path, SlurmSpec.settle_s)
+    return SlurmSpec(**out)
+
+
 def _parse_policy(ck: _Checker, raw, path: tuple) -> PolicySpec:
     names = list(PLACEMENT_POLICIES)
     if isinstance(raw, str):
@@ -457,7 +510,7 @@ def parse_experiment(doc: dict, source: str = "<dict>", lines: dict[tuple, int] 
     """Validate an experiment document (see ``config/experiments/interference.yaml``)."""
     ck = _Checker(source, lines or {}, overridden or set())
     top = {"name", "description", "victim", "aggressors", "policies", "routing", "repetitions", "seed",
-           "samples", "solver_rounds", "system"}
+           "samples", "solver_rounds", "system", "slurm"}
     ck.mapping(doc, (), top)
     if "victim" not in doc:
         ck.fail(("victim",), "missing (expected {test, pattern, nodes, message_bytes, ...})")
@@ -485,13 +538,14 @@ def parse_experiment(doc: dict, source: str = "<dict>", lines: dict[tuple, int] 
         ck.fail(("routing",), "a routing algorithm is listed twice")
     name = doc.get("name", Path(source).stem if source != "<dict>" else "interference")
     system = _parse_system(ck, doc["system"]) if doc.get("system") is not None else None
+    slurm = _parse_slurm(ck, doc["slurm"]) if doc.get("slurm") is not None else None
     return Experiment(
         name=str(name), victim=victim, aggressors=aggressors, policies=policies, routing=tuple(routing),
         repetitions=ck.integer(doc, "repetitions", (), 1, default=1),
         seed=ck.integer(doc, "seed", (), 0, default=0),
         samples=ck.integer(doc, "samples", (), 1, default=32),
         solver_rounds=ck.integer(doc, "solver_rounds", (), 1, default=8),
-        system=system, source=source, document=doc)
+        system=system, slurm=slurm, source=source, document=doc)
 
 
 # =============================================================================================
@@ -660,13 +714,16 @@ def place(topo: Topology, policy: str, nodes: int, rng: np.random.Generator, fre
     return Placement.of(topo, job, chosen, policy)
 
 
-def place_jobs(topo: Topology, requests: list[tuple[str, int, str]], rng: np.random.Generator) -> list[Placement]:
-    """Place ``(job, nodes, policy)`` requests in order, without overlap."""
-    free = set(topo.compute_nodes)
+def place_jobs(topo: Topology, requests: list[tuple[str, int, str]], rng: np.random.Generator,
+               free: set[str] | None = None, share: bool = False) -> list[Placement]:
+    """Place ``(job, nodes, policy)`` requests in order among ``free`` nodes (default: every compute
+    node), without overlap; ``share`` lets every job choose among all of them (a toy cluster)."""
+    free = set(topo.compute_nodes) if free is None else set(free)
     out = []
     for job, nodes, policy in requests:
         p = place(topo, policy, nodes, rng, free, job)
-        free -= set(p.nodes)
+        if not share:
+            free -= set(p.nodes)
         out.append(p)
     return out
 
@@ -1169,6 +1226,11 @@ def run_experiment(exp: Experiment, progress: bool = True) -> InterferenceResult
     so the routings of a repetition are compared on the same placement and the same phases."""
     if exp.system is None:
         raise ExperimentError(exp.source, "system", "missing: the simulated network (groups, group_shape, ...)")
+    small = [j for j in exp.jobs if j.nodes < 2]
+    if small:
+        where = "victim" if small[0].role == "victim" else f"aggressors.{exp.aggressors.index(small[0])}"
+        raise ExperimentError(exp.source, f"{where}.nodes", "the simulated network runs one rank per node: "
+                                                            "simulated jobs need 2 nodes or more")
     t0 = time.monotonic()
     net = DragonflyNetwork(exp.system)
     specs = exp.jobs
@@ -1248,7 +1310,8 @@ def simulate_experiment(path: str | Path, out: str | Path, overrides: dict[str, 
 
 __all__ = [
     "PATTERNS", "PLACEMENT_POLICIES", "JOB_WIDE_POLICIES", "ROUTINGS", "SLOWDOWNS",
-    "ExperimentError", "PlacementError", "JobSpec", "SystemSpec", "PolicySpec", "Experiment", "Placement",
+    "ExperimentError", "PlacementError", "JobSpec", "SystemSpec", "SlurmSpec", "PolicySpec", "Experiment",
+    "Placement",
     "DragonflyNetwork", "JobTraffic", "WorkloadResult", "InterferenceResult",
     "parse_bytes", "apply_overrides", "load_experiment", "parse_experiment", "pattern_rounds",
     "place", "place_jobs", "place_random_nodes", "place_random_routers", "place_random_groups",
