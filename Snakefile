@@ -12,6 +12,7 @@ include: "workflow/rules/simulate.smk"
 include: "workflow/rules/campaign.smk"
 include: "workflow/rules/collate.smk"
 include: "workflow/rules/analyses.smk"
+include: "workflow/rules/interference.smk"
 include: "workflow/rules/report.smk"
 
 
@@ -22,5 +23,6 @@ rule all:
         f"{RESULTS}/analyses/deviation/summary.json",
         f"{RESULTS}/analyses/forecast/summary.json",
         f"{RESULTS}/analyses/distributions/summary.json",
+        ([f"{RESULTS}/analyses/interference/summary.json"] if config["interference"]["experiment"] else []),
         f"{RESULTS}/report.html",
     default_target: True

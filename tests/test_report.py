@@ -22,7 +22,8 @@ def test_sections_without_analyses_say_so(campaign, tmp_path):
     c = campaign("demo", 0, 15)
     result = build(c.dataset, tmp_path / "report.html", figures_dir=tmp_path / "figures")
     secs = result["sections"]
-    for name in ("neighbourhood", "deviation", "forecast", "background", "distributions", "regression"):
+    for name in ("neighbourhood", "deviation", "forecast", "background", "distributions", "regression",
+                 "interference"):
         assert secs[name]["empty"] and not secs[name]["figures"], name
     runs = pd.read_parquet(c.dataset / "runs")
     datasets = sorted(runs["dataset"].unique())
@@ -37,6 +38,31 @@ def test_sections_without_analyses_say_so(campaign, tmp_path):
     assert f"the slowest run took {ratio.max():.2f}x as long as the fastest" in html
     # Offline: nothing is fetched from anywhere.
     assert not re.search(r'(src|href)="(https?:)?//', html)
+
+
+def test_interference_section_reads_the_experiments_tables(campaign, tmp_path):
+    """The section shows what `hpcvar interference simulate` wrote: per job a slowdown table and
+    figures per policy, and a reading quoting the smallest and largest latency slowdown."""
+    from hpcvar.simulate.interference import simulate_experiment
+
+    c = campaign("demo", 0, 15)
+    exp = Path(__file__).resolve().parents[1] / "config" / "experiments" / "interference.yaml"
+    simulate_experiment(exp, tmp_path / "analyses" / "interference", {
+        "repetitions": 1, "samples": 8, "policies": ["random-nodes", "random-groups"]}, progress=False)
+    result = build(c.dataset, tmp_path / "report.html", analyses_dir=tmp_path / "analyses",
+                   figures_dir=tmp_path / "figures")
+    sec = result["sections"]["interference"]
+    jobs = pd.read_csv(tmp_path / "analyses" / "interference" / "jobs.csv")
+    assert not sec["empty"]
+    names = {str(Path(f).relative_to(tmp_path / "figures" / "interference")) for f in sec["figures"]}
+    assert names == {f"{j}/{n}.svg" for j in jobs["job"].unique()
+                     for n in ("slowdowns", "latency_minimal", "latency_adaptive")}
+    html = (tmp_path / "report.html").read_text()
+    victim = jobs[jobs["role"] == "victim"].groupby(["policy", "routing"], sort=False)["slowdown_latency"].median()
+    low, high = victim.idxmin(), victim.idxmax()
+    assert (f"Latency slowdown from {victim[low]:.2f}x ({low[0]}, {low[1]}) to {victim[high]:.2f}x "
+            f"({high[0]}, {high[1]})") in html
+    assert "What-if on the simulated dragonfly" in html
 
 
 def test_failed_runs_are_counted_and_drawn(campaign, tmp_path):

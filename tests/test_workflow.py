@@ -38,6 +38,12 @@ def test_main_job_end_to_end(main_job):
         assert len(summary["datasets"]) == n, analysis
         assert summary["mlflow"]["tracking_uri"] == f"sqlite:///{workdir / 'results' / 'mlflow.db'}"
     assert list((workdir / "results" / "mlartifacts").rglob("relevance.svg"))
+    # The example interference experiment ran on the simulated network (interference.mode: simulate).
+    import yaml
+
+    inter = json.loads((workdir / "results" / "analyses" / "interference" / "summary.json").read_text())
+    example = yaml.safe_load((workdir / "config" / "experiments" / "interference.yaml").read_text())
+    assert list(inter["policies"]) == example["policies"] and inter["experiment"] == example["name"]
     assert not (workdir / "mlruns").exists()
     # ... and the job ends with the report (its content is checked in test_report.py).
     assert "no data for" not in (workdir / "results" / "logs" / "report.log").read_text()

@@ -64,6 +64,16 @@ def compare_windows():
 COMPARE = compare_windows()
 
 
+# --- interference experiment (config `interference:`) ------------------------------------------
+
+INTERFERENCE = config["interference"]
+
+
+def interference_sets():
+    """The experiment's `overrides` as `--set key=value` options (values as JSON, which is YAML)."""
+    return " ".join(shlex.quote(f"--set={k}={json.dumps(v)}") for k, v in INTERFERENCE["overrides"].items())
+
+
 # --- campaigns (source: campaign) ---------------------------------------------------------------
 
 def campaign_rounds():

@@ -22,7 +22,7 @@ from hpcvar.summary import dataset_summary
 
 #: Section ids, in report order (the browser test and the Snakemake categories use them).
 SECTIONS = ("campaign", "datasets", "neighbourhood", "deviation", "forecast", "placement", "background",
-            "distributions", "regression", "provenance")
+            "distributions", "regression", "interference", "provenance")
 
 VERSIONS = ("hpcvar", "snakemake", "reframe-hpc", "pandas", "pyarrow", "scikit-learn", "lightgbm", "torch",
             "pytorch-lightning", "mlflow", "matplotlib")
@@ -521,6 +521,57 @@ class Builder:
                        "neighbourhood section.")
         return sec
 
+    def interference(self) -> Section:
+        sec = Section("interference", "Interference: the victim next to aggressors, per placement policy")
+        s = self.summary("interference")
+        if not s:
+            sec.empty = ("No data: no interference experiment (set interference.experiment, or run `hpcvar interference "
+                         "simulate|run EXPERIMENT.yaml --out results/analyses/interference`).")
+            return sec
+        base = self.analyses_dir / "interference"
+        jobs = pd.read_csv(base / "jobs.csv")
+        samples = pd.read_parquet(base / "samples.parquet") if (base / "samples.parquet").is_file() else None
+        simulated = s.get("mode", "simulate") != "slurm"
+        cols = ["policy", "routing", "slowdown_total", "slowdown_comm", "slowdown_latency"]
+        fmt = {c: "{:.3f}" for c in cols[2:]}
+        for job, by_job in jobs.groupby("job", sort=False):
+            role = by_job["role"].iloc[0]
+            table = by_job.groupby(["policy", "routing"], sort=False)[cols[2:]].median().reset_index()
+            part = Part(f"{job} ({role})", tables=[Table("Slowdown, mixed over alone (median over repetitions)",
+                                                         table, fmt)])
+            part.figures.append(self.figure("interference", job, "slowdowns", f"{job}: slowdowns per policy",
+                                            F.interference_slowdowns(jobs, job,
+                                                                     self.path("interference", job, "slowdowns"))))
+            if samples is not None and (samples["job"] == job).any():
+                for routing in dict.fromkeys(samples.loc[samples["job"] == job, "routing"]):
+                    name = f"latency_{_slug(routing)}"
+                    part.figures.append(self.figure(
+                        "interference", job, name, f"{job}: latency distributions ({routing})",
+                        F.interference_latency(samples, job, routing, self.path("interference", job, name))))
+            lat = table.dropna(subset=["slowdown_latency"])
+            if len(lat):
+                best, worst = lat.loc[lat["slowdown_latency"].idxmin()], lat.loc[lat["slowdown_latency"].idxmax()]
+                part.reading = (f"Latency slowdown from {best['slowdown_latency']:.2f}x ({best['policy']}, "
+                                f"{best['routing']}) to {worst['slowdown_latency']:.2f}x ({worst['policy']}, "
+                                f"{worst['routing']}).")
+                routings = set(lat["routing"])
+                if {"minimal", "adaptive"} <= routings:
+                    wide = lat.pivot(index="policy", columns="routing", values="slowdown_latency")
+                    better = [p for p in wide.index if wide.loc[p, "adaptive"] < wide.loc[p, "minimal"]]
+                    part.reading += (f" Adaptive routing lowers it under {len(better)} of {len(wide)} policies"
+                                     + (f" ({', '.join(better)})." if better else "."))
+            sec.parts.append(part)
+        notes = " ".join(s.get("notes") or [])
+        sec.reading = (
+            ("What-if on the simulated dragonfly (hpcvar interference simulate, after the Union/CODES hybrid-workload "
+             "study): " if simulated else f"A real experiment on the cluster ({s.get('runs', {}).get('collated', 0)} "
+             "runs, hpcvar interference run): ")
+            + f"experiment {s.get('experiment')}: the victim and each aggressor alone, then all together, under each "
+            "placement policy. A slowdown is the mixed run's total time, communication time or message latency over "
+            "the same job's alone; random-group placement confines traffic to whole groups, the locality classes place "
+            "the victim in one group, one island or across islands. " + notes)
+        return sec
+
     def provenance(self, config_text: str | None) -> dict:
         versions = {}
         for pkg in VERSIONS:
@@ -558,7 +609,7 @@ def build(dataset_dir, out_html, analyses_dir=None, figures_dir=None, config_fil
         shutil.rmtree(figures_dir)  # figures of datasets no longer present must not linger
     b = Builder(dataset_dir, analyses_dir, figures_dir, pseudo)
     sections = [b.campaign(), b.datasets(), b.neighbourhood(), b.deviation(), b.forecast(), b.placement(),
-                b.background(), b.distributions(), b.regression()]
+                b.background(), b.distributions(), b.regression(), b.interference()]
     config_text = Path(config_file).read_text() if config_file else None
     prov = b.provenance(config_text)
     env = jinja2.Environment(loader=jinja2.PackageLoader("hpcvar.report", "templates"),
