@@ -189,3 +189,40 @@ def test_collation_twice_gives_identical_tables(cluster, workdir, tmp_path):
         left = a.read(name).sort_values(key).reset_index(drop=True)
         right = b.read(name).sort_values(key).reset_index(drop=True)
         pd.testing.assert_frame_equal(left, right, check_like=False)
+
+
+FAKE_CRONTAB = """#!/bin/sh
+# crontab -l / crontab FILE, on a file of the test's own.
+if [ "$1" = "-l" ]; then
+  [ -f "$TABLE" ] || { echo "no crontab for $(id -un)" >&2; exit 1; }
+  cat "$TABLE"
+else
+  cp "$1" "$TABLE"
+fi
+"""
+
+
+def test_schedule_line_is_installed_once_beside_the_users_entries(tmp_path):
+    """Not slow, no cluster: the crontab merge on a stand-in crontab command."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "crontab").write_text(FAKE_CRONTAB)
+    (bindir / "crontab").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "TABLE": str(tmp_path / "table")}
+    first = _hpcvar("campaign", "schedule", "--every", "week", "--install", "crontab", env=env)
+    assert first.returncode == 0, first.stderr
+    line = first.stdout.splitlines()[0]
+    assert line.startswith("0 2 * * 1 cd ") and "hpcvar campaign request && " in line and "--profile slurm" in line
+    assert (tmp_path / "table").read_text() == line + "\n" and "installed in your crontab" in first.stdout
+    (tmp_path / "table").write_text("# mine\n30 1 * * * /usr/bin/backup\n" + line + "\n")
+    again = _hpcvar("campaign", "schedule", "--every", "week", "--install", "crontab", env=env)
+    assert again.returncode == 0 and "already in your crontab" in again.stdout
+    assert (tmp_path / "table").read_text() == "# mine\n30 1 * * * /usr/bin/backup\n" + line + "\n"
+    # Every day instead: the weekly entry is replaced, not doubled.
+    daily = _hpcvar("campaign", "schedule", "--install", "crontab", env=env)
+    assert daily.returncode == 0 and "installed in your crontab" in daily.stdout
+    assert (tmp_path / "table").read_text().splitlines() == ["# mine", "30 1 * * * /usr/bin/backup",
+                                                            daily.stdout.splitlines()[0]]
+    assert daily.stdout.startswith("0 2 * * * cd ")
+    missing = _hpcvar("campaign", "schedule", "--install", "scrontab", env={**env, "PATH": str(bindir)})
+    assert missing.returncode == 2 and "scrontab not found" in missing.stderr

@@ -189,7 +189,15 @@ def cmd_campaign(a) -> int:
     if a.action == "request":
         print(f"round {rounds.request(a.results, a.id)} requested: run the workflow to run it")
         return 0
-    print(rounds.schedule_line(Path.cwd(), a.profile, a.every))
+    line = rounds.schedule_line(Path.cwd(), a.profile, a.every)
+    print(line)
+    if a.install:
+        try:
+            added = rounds.install_schedule(line, a.install)
+        except RuntimeError as exc:
+            print(f"hpcvar campaign schedule: {exc}", file=sys.stderr)
+            return 2
+        print(f"{'installed in' if added else 'already in'} your {a.install} ({a.install} -l shows it)")
     return 0
 
 
@@ -416,9 +424,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--results", default="results")
     s.add_argument("--id", help="round id (default: the current UTC time)")
     s.set_defaults(func=cmd_campaign)
-    s = camp.add_parser("schedule", help="print an scrontab/crontab line that runs a round every day or week")
+    s = camp.add_parser("schedule", help="print (or install) an scrontab/crontab line that runs a round every day "
+                                         "or week")
     s.add_argument("--every", choices=["day", "week"], default="day")
     s.add_argument("--profile", default="slurm")
+    s.add_argument("--install", choices=["scrontab", "crontab"],
+                   help="also add the line to your scrontab (Slurm) or crontab, keeping the other entries")
     s.set_defaults(func=cmd_campaign)
 
     s = sub.add_parser("dev", help="developer tools (a local single-node Slurm cluster)")

@@ -94,3 +94,38 @@ def schedule_line(repo: Path, profile: str, every: str, hour: int = 2) -> str:
     bindir = Path(sys.executable).parent
     return (f"{when} cd {repo} && {bindir}/hpcvar campaign request && {bindir}/snakemake --profile {profile} "
             f">> {repo}/results/logs/scheduled-rounds.log 2>&1")
+
+
+def install_schedule(line: str, tool: str = "scrontab") -> bool:
+    """Add ``line`` to the user's ``scrontab`` (Slurm runs it as a batch job; needs
+    ``ScronParameters=enable``) or ``crontab`` (a login node's cron): the current table is read
+    (``-l``), the line appended unless an entry for the same command is there, and the whole table
+    written back from a file, so other entries stay. Returns False when it was already there."""
+    import shutil
+    import tempfile
+
+    if tool not in ("scrontab", "crontab"):
+        raise ValueError(f"unknown schedule tool {tool!r}: scrontab or crontab")
+    if shutil.which(tool) is None:
+        raise RuntimeError(f"{tool} not found on PATH" + (" (Slurm's scrontab needs slurm-client 20.11 or newer)"
+                                                          if tool == "scrontab" else " (install cron)"))
+    current = subprocess.run([tool, "-l"], capture_output=True, text=True)
+    # "no crontab for user" is an empty table, any other failure is an error.
+    empty = any(s in current.stderr.lower() for s in ("no crontab", "no scrontab"))
+    if current.returncode != 0 and not empty:
+        raise RuntimeError(f"{tool} -l failed: {current.stderr.strip()[:300]}")
+    lines = current.stdout.splitlines() if current.returncode == 0 else []
+    if line in lines:
+        return False
+    # The same command on another schedule is replaced: one schedule of rounds, not two.
+    command = line.split(None, 5)[5]
+    lines = [e for e in lines if e.startswith("#") or e.split(None, 5)[5:] != [command]]
+    with tempfile.NamedTemporaryFile("w", suffix=".cron", delete=False) as fh:
+        fh.write("\n".join([*lines, line]) + "\n")
+    try:
+        out = subprocess.run([tool, fh.name], capture_output=True, text=True)
+    finally:
+        Path(fh.name).unlink(missing_ok=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"{tool} {fh.name} failed: {out.stderr.strip()[:300]}")
+    return True
