@@ -2,13 +2,17 @@
 fully-connected head.
 
 Input: a window of ``m`` steps x ``F`` features, each the relative deviation of the step's value
-from the training runs' mean at that step (the step's own duration deviation first).
+from the training runs' mean at that step (the step's own duration deviation first; system-wide
+counters as per-second rates against their mean rate, see ``forecast.Profile``).
 Output: the log of the ratio of the next k steps' time to the mean profile's time for them.
 
 With a few dozen training runs per dataset, a free network does worse than persistence, so the
 model is built to start from persistence and earn every departure from it: the head outputs a
 correction to persistence's log-ratio and starts at zero, the counters' input weights start near
 zero, and training keeps the untrained model unless an epoch beats it on the validation runs.
+
+One network's forecast still depends on its initialisation and on which runs early stopping
+watched; :class:`Ensemble` averages several (``forecast.fit_attention``).
 
 The module carries the training windows' per-feature centre and scale as buffers, so the saved
 model takes raw relative deviations (what :mod:`hpcvar.analyses.forecast` builds) as input.
@@ -43,10 +47,15 @@ def persistence_log_ratio(x: torch.Tensor) -> torch.Tensor:
 
 
 class AttentionForecaster(pl.LightningModule):
-    """Each step is embedded linearly plus a learned position; one query per head (a learned
-    vector plus the last step's embedding) attends over the m steps; a fully-connected head reads
-    the attended context beside the last step's embedding and outputs a correction to the
-    persistence forecast's log-ratio (the window's mean duration ratio to its profile)."""
+    """Each step is embedded by a small MLP (so a counter can matter only above a threshold, as
+    file-system traffic slows a job only once it exceeds the usual) plus a learned position; one
+    query per head (a learned vector plus the last step's embedding) attends over the m steps; a
+    fully-connected head (one hidden GELU layer) reads the attended context beside the last step's
+    embedding and the mean and maximum of the step embeddings over the window, and outputs a
+    correction to the persistence forecast's log-ratio (the window's mean duration ratio to its
+    profile). The pooled summaries give the head the window's persistent level directly (a
+    congested stretch raises every step, a transient burst only some); attention alone had to
+    learn it from a few hundred runs and did not."""
 
     def __init__(self, n_features: int, m: int, hidden: int = 32, heads: int = 4, lr: float = 3e-3,
                  weight_decay: float = 1e-4, center: np.ndarray | None = None, scale: np.ndarray | None = None):
@@ -58,19 +67,19 @@ class AttentionForecaster(pl.LightningModule):
                                                        dtype=torch.float32))
         self.register_buffer("scale", torch.as_tensor(np.ones(n_features) if scale is None else scale,
                                                       dtype=torch.float32))
-        self.embed = nn.Linear(n_features, hidden)
+        self.embed = nn.Sequential(nn.Linear(n_features, hidden), nn.GELU(), nn.Linear(hidden, hidden))
         # Counters start almost switched off: with a few dozen training runs, a model that must
         # earn each counter's weight generalises better than one that starts by fitting all of them.
         with torch.no_grad():
-            self.embed.weight[:, 1:] *= 0.01
+            self.embed[0].weight[:, 1:] *= 0.01
         self.position = nn.Parameter(0.02 * torch.randn(m, hidden))
         self.query = nn.Parameter(0.02 * torch.randn(hidden))
         self.q_proj = nn.Linear(hidden, hidden)
         self.kv_proj = nn.Linear(hidden, 2 * hidden)
         # The head corrects persistence and starts at no correction.
-        self.head = nn.Linear(2 * hidden, 1)
-        nn.init.zeros_(self.head.weight)
-        nn.init.zeros_(self.head.bias)
+        self.head = nn.Sequential(nn.Linear(4 * hidden, hidden), nn.GELU(), nn.Linear(hidden, 1))
+        nn.init.zeros_(self.head[-1].weight)
+        nn.init.zeros_(self.head[-1].bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, m, _ = x.shape
@@ -80,7 +89,8 @@ class AttentionForecaster(pl.LightningModule):
         q = self.q_proj(last + self.query).view(b, heads, 1, hidden // heads)
         k, v = self.kv_proj(h).view(b, m, 2, heads, hidden // heads).permute(2, 0, 3, 1, 4)
         context = F.scaled_dot_product_attention(q, k, v).reshape(b, hidden)
-        return persistence_log_ratio(x) + self.head(torch.cat([context, last], dim=-1)).squeeze(-1)
+        pooled = [h.mean(dim=1), h.amax(dim=1)]
+        return persistence_log_ratio(x) + self.head(torch.cat([context, last, *pooled], dim=-1)).squeeze(-1)
 
     def _loss(self, batch) -> torch.Tensor:
         x, y = batch
@@ -95,6 +105,22 @@ class AttentionForecaster(pl.LightningModule):
 
     def configure_optimizers(self):
         return torch.optim.AdamW(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        self.eval()
+        with torch.no_grad():
+            return self(torch.as_tensor(x, dtype=torch.float32)).numpy().astype(float)
+
+
+class Ensemble(nn.Module):
+    """Members' forecasts (log-ratios) averaged; takes the same windows as one member."""
+
+    def __init__(self, members: list[AttentionForecaster]):
+        super().__init__()
+        self.members = nn.ModuleList(members)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.stack([member(x) for member in self.members]).mean(dim=0)
 
     def predict(self, x: np.ndarray) -> np.ndarray:
         self.eval()

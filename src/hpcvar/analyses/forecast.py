@@ -9,7 +9,7 @@ and errors (MAPE) are scored in seconds.
 
 Cross-validation is by run (``GroupKFold``), the same folds for every cell, feature set and
 model. Models: the paper's attention forecaster (:mod:`hpcvar.analyses.attention`, which
-corrects persistence) and baselines on the same windows: persistence (the last m steps' mean
+corrects persistence; ``ensemble`` networks averaged per fold) and baselines on the same windows: persistence (the last m steps' mean
 ratio to the profile, applied to the next k steps' profile), the mean profile itself, LightGBM
 on the flattened window, and LightGBM fitted to the correction of persistence
 (``lightgbm_residual``: the attention model's starting point, so it isolates the learner).
@@ -48,8 +48,8 @@ MODELS = ("attention", "lightgbm", "lightgbm_residual", "persistence", "profile"
 DEFAULTS = {
     "grid": DEFAULT_GRID, "folds": 3, "seed": 0, "feature_sets": list(FEATURE_SETS), "datasets": None,
     # Attention model and its training.
-    "hidden": 32, "lr": 3e-3, "weight_decay": 1e-4, "max_epochs": 60, "patience": 8, "batch_size": 256,
-    "val_fraction": 0.2, "threads": 1,
+    "hidden": 32, "lr": 1e-3, "weight_decay": 0.0, "max_epochs": 300, "patience": 25, "batch_size": 256,
+    "val_fraction": 0.2, "threads": 1, "ensemble": 4,
     # LightGBM baseline.
     "lgbm": {"n_estimators": 400, "learning_rate": 0.05, "num_leaves": 15, "min_child_samples": 20,
              "subsample": 0.8, "subsample_freq": 1, "colsample_bytree": 0.8, "reg_lambda": 1.0},
@@ -79,6 +79,16 @@ class Series:
     def steps(self) -> int:
         return self.duration.shape[1]
 
+    @property
+    def rates(self) -> np.ndarray:
+        """(F,) True for system-wide counters (LDMS ``io_``/``sys_`` scopes), which are compared
+        as per-second rates rather than per step (see :meth:`Profile.deviations`)."""
+        return np.array([n.startswith(SYSTEM_PREFIXES) for n in self.feature_names], dtype=bool)
+
+
+#: Feature-name prefixes of system-wide counters (common.step_frame's LDMS scopes).
+SYSTEM_PREFIXES = ("io_", "sys_")
+
 
 def series(frame: pd.DataFrame, name: str, columns: list[str]) -> Series:
     """Arrays from a :func:`common.step_frame` (steps are 1-based)."""
@@ -99,17 +109,29 @@ class Profile:
     """Per-step means over the training runs (the paper's mean trend), for durations and features.
 
     Steps beyond the training runs' length (a long run) take the mean over the last half of the
-    trained steps: the steady state, past any warm-up."""
+    trained steps: the steady state, past any warm-up.
+
+    System-wide counters (``Series.rates``) do not follow our application's steps: what an I/O
+    router carries at step 12 has nothing to do with step 12. Their per-step means over a few
+    dozen runs are mostly noise (one busy file system during one run moves a step's mean), and
+    their per-step change grows with the step's length. They are compared as per-second rates
+    with one mean rate over every step of the training runs (``rate``)."""
 
     duration: np.ndarray   # (T,)
     features: np.ndarray   # (T, F)
+    rate: np.ndarray | None = None  # (F,) mean per-second rate of system-wide counters, NaN for the others
 
     @classmethod
     def fit(cls, s: Series, train: np.ndarray) -> "Profile":
         """Means at each step the training runs reached (longer held-out runs get the extension)."""
         reach = int(s.lengths[train].max())
-        with _all_nan_ok():
-            return cls(np.nanmean(s.duration[train, :reach], axis=0), np.nanmean(s.features[train, :reach], axis=0))
+        rate = np.full(len(s.feature_names), np.nan)
+        with _all_nan_ok(), np.errstate(invalid="ignore", divide="ignore"):
+            if s.rates.any():
+                per_s = s.features[train, :reach][..., s.rates] / s.duration[train, :reach, None]
+                rate[s.rates] = np.nanmean(per_s.reshape(-1, int(s.rates.sum())), axis=0)
+            return cls(np.nanmean(s.duration[train, :reach], axis=0), np.nanmean(s.features[train, :reach], axis=0),
+                       rate)
 
     def extended(self, steps: int) -> "Profile":
         have = len(self.duration)
@@ -120,16 +142,21 @@ class Profile:
             d = np.nanmean(self.duration[tail])
             f = np.nanmean(self.features[tail], axis=0)
         return Profile(np.concatenate([self.duration, np.full(steps - have, d)]),
-                       np.concatenate([self.features, np.tile(f, (steps - have, 1))]))
+                       np.concatenate([self.features, np.tile(f, (steps - have, 1))]), self.rate)
 
     def deviations(self, s: Series) -> np.ndarray:
-        """(N, T, 1 + F): relative deviation of duration and each feature from this profile.
+        """(N, T, 1 + F): relative deviation of duration and each feature from this profile
+        (system-wide counters: of their per-second rate from the mean rate).
 
         A zero mean or a missing value gives 0 (no information: as at the mean)."""
         p = self.extended(s.steps)
         mean = np.concatenate([p.duration[:s.steps, None], p.features[:s.steps]], axis=1)
         values = np.concatenate([s.duration[..., None], s.features], axis=2)
+        rates = np.concatenate([[False], s.rates])
         with np.errstate(invalid="ignore", divide="ignore"):
+            if rates.any() and p.rate is not None:
+                values[..., rates] /= s.duration[..., None]
+                mean[:, rates] = p.rate[s.rates]
             dev = (values - mean) / np.where(mean == 0, np.nan, mean)
         return np.nan_to_num(dev, nan=0.0, posinf=0.0, neginf=0.0)
 
@@ -226,18 +253,33 @@ def _flat(x: np.ndarray) -> np.ndarray:
     return x.reshape(len(x), -1)
 
 
-def fit_lgbm(x, y, x_val, y_val, cfg: dict, seed: int) -> Boosted:
-    return Boosted(cfg, seed, residual=False).fit(x, y, x_val, y_val)
+def _fit_val(s: "Series", fold: "Fold", m: int, k: int, cols: list[int], fit: np.ndarray, val: np.ndarray):
+    """Inputs and log-ratio targets of the fit and validation runs' windows."""
+    pf, pv = Part.of(s, fold, fit, m, k), Part.of(s, fold, val, m, k)
+    return pf.x[:, :, cols], pf.log_ratio, pv.x[:, :, cols], pv.log_ratio
 
 
-def fit_lgbm_residual(x, y, x_val, y_val, cfg: dict, seed: int) -> Boosted:
-    return Boosted(cfg, seed, residual=True).fit(x, y, x_val, y_val)
+def fit_lgbm(s, fold, m, k, cols, cfg: dict, seed: int) -> Boosted:
+    return Boosted(cfg, seed, residual=False).fit(*_fit_val(s, fold, m, k, cols, fold.fit, fold.val))
 
 
-def fit_attention(x, y, x_val, y_val, cfg: dict, seed: int) -> attention.AttentionForecaster:
-    return attention.fit(x, y, x_val, y_val, seed=seed, hidden=cfg["hidden"], lr=cfg["lr"],
-                         weight_decay=cfg["weight_decay"], max_epochs=cfg["max_epochs"],
-                         patience=cfg["patience"], batch_size=cfg["batch_size"])
+def fit_lgbm_residual(s, fold, m, k, cols, cfg: dict, seed: int) -> Boosted:
+    return Boosted(cfg, seed, residual=True).fit(*_fit_val(s, fold, m, k, cols, fold.fit, fold.val))
+
+
+def fit_attention(s, fold, m, k, cols, cfg: dict, seed: int) -> attention.Ensemble:
+    """``cfg["ensemble"]`` attention models averaged (a deep ensemble). With a few dozen to a few
+    hundred training runs, one network's forecast depends noticeably on its initialisation and on
+    which runs early stopping watched; averaging members that differ in both removes that part of
+    the error. The first member watches the fold's validation runs, each other one its own draw."""
+    members = []
+    for i in range(cfg["ensemble"]):
+        fit, val = (fold.fit, fold.val) if i == 0 else split_validation(fold.train, cfg["val_fraction"], seed + 7919 * i)
+        members.append(attention.fit(*_fit_val(s, fold, m, k, cols, fit, val), seed=seed + 104729 * i,
+                                     hidden=cfg["hidden"], lr=cfg["lr"], weight_decay=cfg["weight_decay"],
+                                     max_epochs=cfg["max_epochs"], patience=cfg["patience"],
+                                     batch_size=cfg["batch_size"]))
+    return attention.Ensemble(members)
 
 
 TRAINERS = {"attention": fit_attention, "lightgbm": fit_lgbm, "lightgbm_residual": fit_lgbm_residual}
@@ -331,8 +373,7 @@ def evaluate_cell(s: Series, folds: list[Fold], m: int, k: int, feature_sets: di
             preds, spent, models = [], 0.0, []
             for fold, p in zip(folds, parts):
                 t0 = time.perf_counter()
-                model = trainer(p["fit"].x[:, :, cols], p["fit"].log_ratio, p["val"].x[:, :, cols],
-                                p["val"].log_ratio, cfg, cfg["seed"] + fold.number)
+                model = trainer(s, fold, m, k, cols, cfg, cfg["seed"] + fold.number)
                 took = time.perf_counter() - t0
                 spent += took
                 progress(f"m={m} k={k} {fs} {model_name} fold {fold.number}/{len(folds)} {took:.1f}s")
@@ -520,11 +561,10 @@ def fit_final(s: Series, m: int, k: int, cols: list[int], names: list[str], cfg:
     fit, val = split_validation(everything, cfg["val_fraction"], cfg["seed"])
     profile = Profile.fit(s, everything)
     fold = Fold(0, fit, val, np.empty(0, int), profile, profile.deviations(s))
-    p_fit, p_val = Part.of(s, fold, fit, m, k), Part.of(s, fold, val, m, k)
-    x_fit, x_val = p_fit.x[:, :, cols], p_val.x[:, :, cols]
-    att = fit_attention(x_fit, p_fit.log_ratio, x_val, p_val.log_ratio, cfg, cfg["seed"])
-    lgb = fit_lgbm(x_fit, p_fit.log_ratio, x_val, p_val.log_ratio, cfg, cfg["seed"])
-    return Final(att, lgb, x_fit[:5].astype(np.float32), names)
+    att = fit_attention(s, fold, m, k, cols, cfg, cfg["seed"])
+    lgb = fit_lgbm(s, fold, m, k, cols, cfg, cfg["seed"])
+    example = Part.of(s, fold, fit, m, k).x[:5][:, :, cols]
+    return Final(att, lgb, example.astype(np.float32), names)
 
 
 def long_run(data: dict, long_name: str, s: Series, cols: list[int], fs: str, cfg: dict, out: Path,
@@ -540,9 +580,8 @@ def long_run(data: dict, long_name: str, s: Series, cols: list[int], fs: str, cf
     fit, val = split_validation(everything, cfg["val_fraction"], cfg["seed"])
     profile = Profile.fit(s, everything)
     fold = Fold(0, fit, val, np.empty(0, int), profile, profile.deviations(s))
-    p_fit, p_val = Part.of(s, fold, fit, m, k), Part.of(s, fold, val, m, k)
     t0 = time.perf_counter()
-    model = fit_attention(p_fit.x[:, :, cols], p_fit.log_ratio, p_val.x[:, :, cols], p_val.log_ratio, cfg, cfg["seed"])
+    model = fit_attention(s, fold, m, k, cols, cfg, cfg["seed"])
     progress(f"long run {long_name} m={m} k={k} {fs} attention {time.perf_counter() - t0:.1f}s")
     dev = profile.deviations(long_s)
     w = Windows.of(long_s.lengths, np.arange(len(long_s.run_ids)), m, k, stride=k)
@@ -775,6 +814,7 @@ def run(dataset_dir: str | Path, out_dir: str | Path, config: dict | None = None
     params = {"grid": json.dumps({a: cfg["grid"][a] for a in sorted(cfg["grid"])}), "folds": cfg["folds"],
               "max_epochs": cfg["max_epochs"], "patience": cfg["patience"], "seed": cfg["seed"],
               "hidden": cfg["hidden"], "lr": cfg["lr"], "val_fraction": cfg["val_fraction"],
+              "ensemble": cfg["ensemble"],
               "long_run": f"m={cfg['long_run_m']},k={cfg['long_run_k']}"}
     # Everything is computed before the store's lock is taken: other analyses wait on it.
     with tracking.session("forecast", dataset_dir) as experiment_id:
