@@ -218,3 +218,31 @@ def test_running_the_experiment_again_submits_nothing(toy_run):
     assert again.returncode == 0, again.stderr[-3000:]
     assert jobs() == submitted and (out / "experiment.csv").read_text() == before
     assert "collated 0 new runs" in again.stdout
+
+
+@pytest.mark.slow
+def test_the_workflow_runs_the_experiment_on_slurm_with_the_profile(cluster, tmp_path):
+    """`snakemake --profile profiles/local-slurm` with interference.mode: slurm: the rule runs the
+    experiment where Snakemake runs (ReFrame submits the jobs) and the tables land where the report
+    reads them."""
+    import shutil
+
+    from conftest import snakemake
+
+    for item in ("Snakefile", "workflow", "config"):
+        src = REPO / item
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / item)
+    (tmp_path / "toy.yaml").write_text(yaml.safe_dump({**TOY, "slurm": {**TOY["slurm"], "aggressor_duration_s": 15}},
+                                                      sort_keys=False))
+    (tmp_path / "run.yaml").write_text("interference:\n  experiment: toy.yaml\n  mode: slurm\n")
+    target = "results/analyses/interference/summary.json"
+    out = snakemake(target, "--profile", str(REPO / "profiles" / "local-slurm"), "--configfile", "run.yaml",
+                    cwd=tmp_path, env={**cluster, "HPCVAR_SALT": "wf-salt"}, timeout=1200)
+    assert out.returncode == 0, out.stderr[-4000:]
+    summary = json.loads((tmp_path / target).read_text())
+    assert summary["mode"] == "slurm" and summary["runs"]["collated"] == 4
+    book = pd.read_csv(tmp_path / "results" / "interference" / "experiment.csv")
+    jobs = pd.read_csv(tmp_path / "results" / "analyses" / "interference" / "jobs.csv")
+    assert len(book) == 4 and sorted(jobs["job"]) == ["collectives", "noise"]
+    assert set(jobs["run_id_alone"]) | set(jobs["run_id_mixed"]) == set(book["run_id"])
+    assert "slowdown (median over repetitions)" in (tmp_path / "results" / "logs" / "interference.log").read_text()
