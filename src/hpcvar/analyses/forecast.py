@@ -9,8 +9,9 @@ and errors (MAPE) are scored in seconds.
 
 Cross-validation is by run (``GroupKFold``), the same folds for every cell, feature set and
 model. Models: the paper's attention forecaster (:mod:`hpcvar.analyses.attention`, which
-corrects persistence; ``ensemble`` networks averaged per fold) and baselines on the same windows: persistence (the last m steps' mean
-ratio to the profile, applied to the next k steps' profile), the mean profile itself, LightGBM
+corrects persistence; ``ensemble`` networks averaged per fold) and baselines on the same windows:
+persistence (the last m steps' mean ratio to the profile, applied to the next k steps' profile),
+the mean profile itself, LightGBM
 on the flattened window, and LightGBM fitted to the correction of persistence
 (``lightgbm_residual``: the attention model's starting point, so it isolates the learner).
 Feature sets follow the paper's cumulative ablation: job counters, + placement, + io, + sys.
