@@ -51,7 +51,8 @@ def _round(*job_ids: int, system: str = "cori") -> dict[str, pd.DataFrame]:
                 dict(run_id=rid, routine="Waitall", time_s=1.5, calls=None, mpi_pct=30.0, app_time_s=100.0,
                      mpi_time_s=5.0, ntasks=64)]
         neigh.append(dict(run_id=rid, job_id=str(job + 1000), user="user-ffff000011", num_nodes=128,
-                          overlap_s=30.0, shared_groups=1, shared_routers=0))
+                          overlap_s=30.0, shared_groups=1, shared_routers=0,
+                          start=start - pd.Timedelta(seconds=600), end=pd.NaT))
         lat += [dict(run_id=rid, benchmark="collectives", operation="allreduce", size_bytes=8, pair="", cycle=0,
                      iteration=i, value_us=1.5 + i, start_epoch_s=None) for i in range(2)]
         lat += [dict(run_id=rid, benchmark="aggressor", operation="uniform-random", size_bytes=65536, pair="",

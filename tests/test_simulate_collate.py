@@ -456,3 +456,6 @@ def test_a_run_shorter_than_a_second_still_has_neighbours():
     got = neighbourhood(jobs, me, topo, {"r1"}, {"g1"}, t + pd.Timedelta(10, "s"))
     assert got["job_id"].tolist() == ["265"] and got["overlap_s"].tolist() == [0.0]
     assert got["shared_groups"].tolist() == [1] and got["shared_routers"].tolist() == [0]
+    # The other job's own times are kept (the forecaster's neighbour presence reads them);
+    # it had no End yet when sacct was asked.
+    assert got["start"].tolist() == [t] and pd.isna(got["end"].iloc[0])

@@ -123,10 +123,13 @@ def _our_job(jobs: pd.DataFrame, job_id: str, path: Path) -> pd.Series:
     return mine.iloc[-1]
 
 
+NEIGHBOUR_COLUMNS = ["job_id", "user", "num_nodes", "overlap_s", "shared_groups", "shared_routers", "start", "end"]
+
+
 def neighbourhood(jobs: pd.DataFrame, me: pd.Series, topo: Topology, my_routers: set, my_groups: set,
                   window_end: pd.Timestamp) -> pd.DataFrame:
     """Other users' and our other allocations that ran during [start, end] of our job."""
-    columns = ["job_id", "user", "num_nodes", "overlap_s", "shared_groups", "shared_routers"]
+    columns = NEIGHBOUR_COLUMNS
     alloc = jobs[jobs["step"].isna() & (jobs["job_id"] != me["job_id"]) & jobs["start"].notna()].copy()
     if alloc.empty:  # nobody else was running
         return pd.DataFrame(columns=columns)
@@ -144,7 +147,8 @@ def neighbourhood(jobs: pd.DataFrame, me: pd.Series, topo: Topology, my_routers:
                      "num_nodes": int(j.node_count) if pd.notna(j.node_count) else len(nodes),
                      "overlap_s": float(j.overlap_s),
                      "shared_groups": len(topo.groups_of(nodes) & my_groups),
-                     "shared_routers": len(topo.routers_of(nodes) & my_routers)})
+                     "shared_routers": len(topo.routers_of(nodes) & my_routers),
+                     "start": j.start, "end": j.end})
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -278,7 +282,7 @@ def collate_run(run_dir: Path, system: SystemInfo, topo: Topology, meta: dict) -
     traffic = _background(jobs, me, topo)
     my_routers, my_groups = topo.routers_of(nodes), topo.groups_of(nodes)
     neigh = (neighbourhood(jobs, me, topo, my_routers, my_groups, me["end"]) if jobs is not None
-             else pd.DataFrame(columns=["job_id", "user", "num_nodes", "overlap_s", "shared_groups", "shared_routers"])
+             else pd.DataFrame(columns=NEIGHBOUR_COLUMNS)
              ).assign(run_id=run_id)
     run = {
         "run_id": run_id, "system": system.name, "app": meta["app"], "dataset": meta["dataset"],

@@ -158,6 +158,10 @@ NEIGHBOURHOOD = Table(
         _c("overlap_s", pa.float64(), "Seconds both jobs were running.", False),
         _c("shared_groups", pa.int32(), "Dragonfly groups holding nodes of both jobs.", False),
         _c("shared_routers", pa.int32(), "Routers serving nodes of both jobs.", False),
+        _c("start", TS, "The other job's start (sacct Start); null only in parts collated before the column "
+                        "existed."),
+        _c("end", TS, "The other job's end (sacct End); null while it was still running when sacct was asked, "
+                      "and in parts collated before the column existed."),
     ),
 )
 

@@ -6,6 +6,7 @@
     out/topology.csv                      node -> router -> group map (with I/O roles)
     out/truth.json                        planted causes (never read by collation)
     out/truth_oracle.parquet              the oracle forecaster's expected k-step sums per run and t_c
+    out/truth_steps.parquet               the hidden state per run and step: culprit intensity, AR(1)
     out/ldms/aries_rtr_mmr/aries_rtr_mmr.<epoch>   LDMS store_csv, one rollover file per day
     out/perflogs/<system>/compute/<Test>.log       ReFrame perflogs, one record per run
     out/runs/<run_id>/stdout.txt          timestamped application output (ts '%.s')
@@ -154,6 +155,7 @@ class _Campaign:
         self._hostlists: dict[int, str] = {}
         self._seen: dict[str, int] = {}  # runs simulated per dataset (every k-th is profiled)
         self._oracle: list[tuple] = []   # (run_id, dataset, t_c, k, oracle_s, actual_s)
+        self._steps: list[pd.DataFrame] = []  # hidden state per step (truth_steps.parquet)
         profiles = {ds.name: model.step_profile(ds, self.rng) for ds in self.datasets}
         specs = {ds.name: ds for ds in self.datasets}
         windows = []
@@ -173,6 +175,9 @@ class _Campaign:
         self.write_ldms(windows)
         oracle = pd.DataFrame(self._oracle, columns=["run_id", "dataset", "t_c", "k", "oracle_s", "actual_s"])
         oracle.to_parquet(out / "truth_oracle.parquet", index=False)
+        steps = (pd.concat(self._steps, ignore_index=True) if self._steps else
+                 pd.DataFrame({"run_id": [], "dataset": [], "step": [], "culprit": [], "ar1": []}))
+        steps.to_parquet(out / "truth_steps.parquet", index=False)
         truth = self.truth(truth_runs, profiles, oracle)
         if p.microbenchmark_nodes > 0:
             upgrade_t = self.t0 + p.upgrade_day * 86400 if 0 <= p.upgrade_day < p.days else None
@@ -247,6 +252,9 @@ class _Campaign:
             cum = np.concatenate([[0.0], np.cumsum(durations)])
             self._oracle += [(run_id, ds.name, t_c, k, o, float(cum[t_c + k] - cum[t_c]))
                              for t_c, k, o in model.oracle_sums(ds, profile, res, frag, self.io, len(profile))]
+        self._steps.append(pd.DataFrame({
+            "run_id": run_id, "dataset": ds.name, "step": np.arange(1, n_written + 1, dtype=np.int32),
+            "culprit": res.culprit_share[:n_written], "ar1": res.ar1[:n_written]}))
         truth = {"run_id": run_id, "dataset": ds.name, "failed": failed,
                  "culprit_steps": float(np.mean(res.culprit_share > 0)),
                  "abs_rel_noise": float(np.mean(np.abs((res.step_end - res.step_start) - res.noise_free)
