@@ -5,8 +5,9 @@ model, the attention model's ratio to the oracle, and training time per cell.
     .venv/bin/python benchmarks/bench_forecast.py --days 30 --seeds 0 --set ensemble=1
 
 The demo machine with only the two MILC datasets (about 225 runs each over 150 days), the grid
-cell m=10, k=20 and the full feature set (job counters, placement, io, sys). About 15 minutes
-per seed on one core. The issue's bar is attention within 1.25x of the oracle's MAPE.
+cell m=10, k=20, and the paper's full feature set (job counters, placement, io, sys) with and
+without the neighbours' presence. About 30 minutes per seed on one core. The issue's bar is
+attention within 1.25x of the oracle's MAPE.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 MILC = ("milc-128", "milc-512")
+FEATURE_SETS = ("job+placement+io+sys", "job+placement+io+sys+neighbours")
 
 
 def main() -> None:
@@ -41,8 +43,8 @@ def main() -> None:
     settings = {k: json.loads(v) for k, v in (s.split("=", 1) for s in a.set)}
     base = Path(a.keep) if a.keep else Path(tempfile.mkdtemp(prefix="bench-forecast-"))
     os.environ.pop("MLFLOW_TRACKING_URI", None)
-    print(f"{'seed':>4} {'dataset':<9} {'runs':>5} {'oracle':>7} {'attention':>9} {'ratio':>6} {'lightgbm':>8} "
-          f"{'persist':>7} {'train_s':>8}")
+    print(f"{'seed':>4} {'dataset':<9} {'features':<32} {'runs':>5} {'oracle':>7} {'attention':>9} {'ratio':>6} "
+          f"{'lightgbm':>8} {'persist':>7} {'train_s':>8}")
     for seed in a.seeds:
         d = base / f"milc-d{a.days}-s{seed}"
         preset = get_preset("demo", {"days": a.days, "mpip_fraction": 0.02})
@@ -55,13 +57,15 @@ def main() -> None:
         os.chdir(d)
         summary = forecast.run(d / "dataset", d / "forecast", {
             "datasets": list(MILC), "grid": {"milc": {"m": [10], "k": [20]}}, "seed": seed,
-            "feature_sets": ["job+placement+io+sys"], "truth": str(d / "raw" / "truth.json"), **settings})
+            "feature_sets": list(FEATURE_SETS), "truth": str(d / "raw" / "truth.json"), **settings})
         for name in MILC:
-            g = pd.DataFrame(summary["datasets"][name]["grid"]).set_index("model")
-            print(f"{seed:>4} {name:<9} {summary['datasets'][name]['runs']:>5} {g.loc['oracle', 'mape']:>7.4f} "
-                  f"{g.loc['attention', 'mape']:>9.4f} {g.loc['attention', 'mape'] / g.loc['oracle', 'mape']:>6.3f} "
-                  f"{g.loc['lightgbm', 'mape']:>8.4f} {g.loc['persistence', 'mape']:>7.4f} "
-                  f"{g.loc['attention', 'train_seconds']:>8.1f}", flush=True)
+            grid = pd.DataFrame(summary["datasets"][name]["grid"])
+            for fs, g in grid.groupby("feature_set", sort=False):
+                g = g.set_index("model")
+                print(f"{seed:>4} {name:<9} {fs:<32} {summary['datasets'][name]['runs']:>5} "
+                      f"{g.loc['oracle', 'mape']:>7.4f} {g.loc['attention', 'mape']:>9.4f} "
+                      f"{g.loc['attention', 'mape'] / g.loc['oracle', 'mape']:>6.3f} {g.loc['lightgbm', 'mape']:>8.4f} "
+                      f"{g.loc['persistence', 'mape']:>7.4f} {g.loc['attention', 'train_seconds']:>8.1f}", flush=True)
         print(f"     (simulate + collate {made:.0f} s; campaigns in {base})")
 
 

@@ -12,7 +12,9 @@ import pandas as pd
 from hpcvar.dataset import Dataset
 
 #: Feature sets of the paper's ablations (Section V-C): job counters, then placement, io, sys.
-FEATURE_SETS = ("job", "placement", "io", "sys")
+FEATURE_SETS = ("job", "placement", "io", "sys", "neighbours")
+#: Prefix of the neighbour-presence feature columns (:func:`neighbour_presence`).
+NEIGHBOUR_PREFIX = "nbr_"
 
 #: Default forecasting grid per app: temporal context m and horizon k (the paper's Figures 8, 10).
 FORECAST_GRID = {"amg": {"m": [3, 8], "k": [5, 10]}, "milc": {"m": [10, 20], "k": [20, 40]},
@@ -59,7 +61,8 @@ def step_frame(data: dict, dataset: str) -> pd.DataFrame:
 
 
 def feature_columns(frame: pd.DataFrame, feature_set: str) -> list[str]:
-    """Columns of one feature set (``job`` counters, ``placement``, ``io`` or ``sys`` counters)."""
+    """Columns of one feature set (``job`` counters, ``placement``, ``io`` or ``sys`` counters,
+    ``neighbours``: the presence columns :func:`neighbour_presence` added)."""
     from hpcvar.aries import TABLE2
 
     if feature_set == "job":
@@ -68,7 +71,53 @@ def feature_columns(frame: pd.DataFrame, feature_set: str) -> list[str]:
         return ["num_routers", "num_groups"]
     if feature_set in ("io", "sys"):
         return sorted(c for c in frame.columns if c.startswith(f"{feature_set}_"))
+    if feature_set == "neighbours":
+        return sorted(c for c in frame.columns if c.startswith(NEIGHBOUR_PREFIX))
     raise KeyError(f"unknown feature set {feature_set!r}; choose from {FEATURE_SETS}")
+
+
+def frequent_neighbours(data: dict, dataset: str, min_nodes: int, max_users: int) -> list[str]:
+    """Users whose jobs on more than ``min_nodes`` nodes ran beside the most runs of ``dataset``
+    (at least two runs), at most ``max_users``, most frequent first. Chosen by presence alone,
+    never by run time, so selecting them on every run leaks nothing into held-out runs."""
+    neigh = data.get("neighbourhood")
+    if neigh is None or neigh.empty:
+        return []
+    ids = data["runs"].loc[data["runs"]["dataset"] == dataset, "run_id"]
+    big = neigh[(neigh["num_nodes"] > min_nodes) & neigh["run_id"].isin(ids) & neigh["start"].notna()]
+    counts = big.groupby("user")["run_id"].nunique()
+    counts = counts[counts >= 2].reset_index().sort_values(["run_id", "user"], ascending=[False, True])
+    return counts["user"].head(max_users).tolist()
+
+
+def neighbour_presence(frame: pd.DataFrame, data: dict, users: list[str], min_nodes: int) -> pd.DataFrame:
+    """``frame`` (a :func:`step_frame`) with one column ``nbr_<user>`` per user: how many of that
+    user's jobs on more than ``min_nodes`` nodes were running when the step started.
+
+    What was running at a step's start was known at that moment (squeue shows it), so these
+    columns carry no future. Steps without a recorded start are placed at the run's start plus
+    the durations of the steps before them. A job still running when sacct was asked (no End)
+    counts until the end of time."""
+    if not users:
+        return frame
+    steps = data["steps"][["run_id", "step", "start"]]
+    f = frame[["run_id", "step", "duration_s"]].merge(steps, on=["run_id", "step"], how="left")
+    f = f.merge(data["runs"][["run_id", "start"]].rename(columns={"start": "run_start"}), on="run_id")
+    before = f.groupby("run_id")["duration_s"].cumsum() - f["duration_s"]
+    f["t"] = f["start"].fillna(f["run_start"] + pd.to_timedelta(before, unit="s"))
+    neigh = data["neighbourhood"]
+    neigh = neigh[(neigh["num_nodes"] > min_nodes) & neigh["user"].isin(users) & neigh["start"].notna()
+                  & neigh["run_id"].isin(f["run_id"])][["run_id", "user", "start", "end"]]
+    pairs = f[["run_id", "step", "t"]].merge(neigh.rename(columns={"start": "job_start", "end": "job_end"}),
+                                             on="run_id")
+    running = (pairs["job_start"] <= pairs["t"]) & (pairs["job_end"].isna() | (pairs["job_end"] > pairs["t"]))
+    counts = pd.crosstab([pairs.loc[running, "run_id"], pairs.loc[running, "step"]], pairs.loc[running, "user"])
+    counts = counts.reindex(columns=users, fill_value=0).astype(float)
+    counts.columns = [NEIGHBOUR_PREFIX + u for u in users]
+    counts.index.names = ["run_id", "step"]
+    out = frame.merge(counts.reset_index(), on=["run_id", "step"], how="left")
+    out[list(counts.columns)] = out[list(counts.columns)].fillna(0.0)
+    return out
 
 
 def relative_deviation(frame: pd.DataFrame, columns: list[str]) -> pd.DataFrame:

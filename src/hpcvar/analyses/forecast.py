@@ -14,7 +14,10 @@ persistence (the last m steps' mean ratio to the profile, applied to the next k 
 the mean profile itself, LightGBM
 on the flattened window, and LightGBM fitted to the correction of persistence
 (``lightgbm_residual``: the attention model's starting point, so it isolates the learner).
-Feature sets follow the paper's cumulative ablation: job counters, + placement, + io, + sys.
+Feature sets follow the paper's cumulative ablation: job counters, + placement, + io, + sys. On
+request, + neighbours: per step, how many jobs each of the dataset's most frequent large
+neighbours had running (from sacct through the ``neighbourhood`` table), the observable side of
+what the neighbourhood analysis blames.
 
 Outputs per dataset in ``out_dir/<dataset>/``: ``grid.csv`` (one row per m, k, feature set and
 model), ``importance.csv`` (permutation importance in the best cell), ``long_run.csv`` when a
@@ -43,11 +46,13 @@ from hpcvar import tracking
 from hpcvar.analyses import attention, common
 
 DEFAULT_GRID = common.FORECAST_GRID  # shared with the simulator's oracle
-#: The cumulative feature sets of the ablation, each adding one group of common.FEATURE_SETS.
+#: The cumulative feature sets, each adding one group of common.FEATURE_SETS: the paper's ablation
+#: (job counters, + placement, + io, + sys), then + neighbours, which is not in the default run.
 FEATURE_SETS = tuple("+".join(common.FEATURE_SETS[:i + 1]) for i in range(len(common.FEATURE_SETS)))
+PAPER_FEATURE_SETS = FEATURE_SETS[:4]
 MODELS = ("attention", "lightgbm", "lightgbm_residual", "persistence", "profile")
 DEFAULTS = {
-    "grid": DEFAULT_GRID, "folds": 3, "seed": 0, "feature_sets": list(FEATURE_SETS), "datasets": None,
+    "grid": DEFAULT_GRID, "folds": 3, "seed": 0, "feature_sets": list(PAPER_FEATURE_SETS), "datasets": None,
     # Attention model and its training.
     "hidden": 32, "lr": 1e-3, "weight_decay": 0.0, "max_epochs": 300, "patience": 25, "batch_size": 256,
     "val_fraction": 0.2, "threads": 1, "ensemble": 4,
@@ -59,6 +64,8 @@ DEFAULTS = {
     # Long-run test (Figure 12): runs with at least this many steps, forecast in k-step segments.
     "long_run": None, "long_run_min_steps": 300, "long_run_m": 30, "long_run_k": 40,
     "truth": None,
+    # Neighbour presence (feature set "neighbours"): the most frequent large-job users' running jobs.
+    "neighbour_min_nodes": 128, "neighbour_users": 16,
 }
 TORCH_REQUIREMENT = f"torch=={torch.__version__.split('+')[0]}"
 
@@ -85,6 +92,11 @@ class Series:
         """(F,) True for system-wide counters (LDMS ``io_``/``sys_`` scopes), which are compared
         as per-second rates rather than per step (see :meth:`Profile.deviations`)."""
         return np.array([n.startswith(SYSTEM_PREFIXES) for n in self.feature_names], dtype=bool)
+
+    @property
+    def counts(self) -> np.ndarray:
+        """(F,) True for neighbour-presence columns (jobs running), used as they are."""
+        return np.array([n.startswith(common.NEIGHBOUR_PREFIX) for n in self.feature_names], dtype=bool)
 
 
 #: Feature-name prefixes of system-wide counters (common.step_frame's LDMS scopes).
@@ -147,7 +159,8 @@ class Profile:
 
     def deviations(self, s: Series) -> np.ndarray:
         """(N, T, 1 + F): relative deviation of duration and each feature from this profile
-        (system-wide counters: of their per-second rate from the mean rate).
+        (system-wide counters: of their per-second rate from the mean rate). Neighbour
+        presence (``Series.counts``) is a count of jobs, 0 when nobody is there: kept as it is.
 
         A zero mean or a missing value gives 0 (no information: as at the mean)."""
         p = self.extended(s.steps)
@@ -159,6 +172,8 @@ class Profile:
                 values[..., rates] /= s.duration[..., None]
                 mean[:, rates] = p.rate[s.rates]
             dev = (values - mean) / np.where(mean == 0, np.nan, mean)
+        counts = np.concatenate([[False], s.counts])
+        dev[..., counts] = values[..., counts]
         return np.nan_to_num(dev, nan=0.0, posinf=0.0, neginf=0.0)
 
     def sums(self, t_c: np.ndarray, k: int) -> np.ndarray:
@@ -450,16 +465,25 @@ def feature_sets_of(frame: pd.DataFrame, wanted: list[str]) -> tuple[dict[str, l
             if not have:
                 missing.append(group)
         if missing:
-            notes.append(f"feature set {fs} skipped: no {'/'.join(missing)} counters in this dataset")
+            notes.append(f"feature set {fs} skipped: no {'/'.join(missing)} data in this dataset")
         else:
             out[fs] = cols
     return out, notes
 
 
+def with_neighbours(data: dict, name: str, frame: pd.DataFrame, cfg: dict) -> pd.DataFrame:
+    """``frame`` with the presence of the dataset's most frequent large neighbours (feature set
+    ``neighbours``; none without sacct)."""
+    if "neighbours" not in "+".join(cfg["feature_sets"]):
+        return frame
+    users = common.frequent_neighbours(data, name, cfg["neighbour_min_nodes"], cfg["neighbour_users"])
+    return common.neighbour_presence(frame, data, users, cfg["neighbour_min_nodes"])
+
+
 def analyse(data: dict, name: str, cfg: dict, oracle: pd.Series | None, out: Path,
             long_name: str | None) -> DatasetResult:
     """The whole grid, importance, final models and (when ``long_name``) the long-run test."""
-    frame = common.step_frame(data, name)
+    frame = with_neighbours(data, name, common.step_frame(data, name), cfg)
     app = data["runs"].loc[data["runs"]["dataset"] == name, "app"].iloc[0]
     notes: list[str] = []
     grid_cfg = cfg["grid"].get(app)
@@ -575,7 +599,8 @@ def long_run(data: dict, long_name: str, s: Series, cols: list[int], fs: str, cf
     m, k = cfg["long_run_m"], cfg["long_run_k"]
     if m + k > s.lengths.max():
         return {"dataset": long_name, "skipped": f"training runs have {s.lengths.max()} steps < m + k = {m + k}"}
-    long_frame = common.step_frame(data, long_name)
+    users = [n[len(common.NEIGHBOUR_PREFIX):] for n in s.feature_names if n.startswith(common.NEIGHBOUR_PREFIX)]
+    long_frame = common.neighbour_presence(common.step_frame(data, long_name), data, users, cfg["neighbour_min_nodes"])
     long_s = series(long_frame, long_name, s.feature_names)
     everything = np.arange(len(s.run_ids))
     fit, val = split_validation(everything, cfg["val_fraction"], cfg["seed"])
@@ -801,7 +826,7 @@ def run(dataset_dir: str | Path, out_dir: str | Path, config: dict | None = None
     """Forecast every dataset of ``dataset_dir``; writes ``out_dir/summary.json`` and returns it."""
     cfg = configure(config)
     dataset_dir, out_dir = Path(dataset_dir), Path(out_dir)
-    data = common.load(dataset_dir)
+    data = common.load(dataset_dir, tables=("runs", "steps", "step_counters", "system_counters", "neighbourhood"))
     oracle, truth = load_oracle(cfg["truth"])
     names, pairs, notes = plan(data["runs"], cfg)
     notes += [f"long run {long}: {train} is not analysed, so it was not forecast"
