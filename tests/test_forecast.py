@@ -108,6 +108,22 @@ def test_neighbour_presence_is_used_as_it_is():
     assert "job+placement+io+sys+neighbours" not in forecast.configure({})["feature_sets"]
 
 
+def test_neighbours_set_without_sacct_is_skipped_with_a_note():
+    """Runs of ReFrame's local scheduler have no sacct, so no neighbourhood: the set is skipped."""
+    rows = [{"run_id": f"r{r}", "step": t, "duration_s": 5.0, "RT_RB_STL": 10.0 * t, "num_routers": 4,
+             "num_groups": 1} for r in range(3) for t in range(1, 4)]
+    frame = pd.DataFrame(rows)
+    data = {"runs": pd.DataFrame({"run_id": ["r0", "r1", "r2"], "dataset": "x-1"}),
+            "neighbourhood": pd.DataFrame(columns=["run_id", "user", "num_nodes", "start", "end"])}
+    cfg = forecast.configure({"feature_sets": ["job", "job+placement+io+sys+neighbours"]})
+    assert cfg["neighbour_min_nodes"] == 128  # the neighbourhood analysis's threshold
+    got = forecast.with_neighbours(data, "x-1", frame, cfg)
+    assert list(got.columns) == list(frame.columns)
+    sets, notes = forecast.feature_sets_of(got, cfg["feature_sets"])
+    assert list(sets) == ["job"]
+    assert notes == ["feature set job+placement+io+sys+neighbours skipped: no io/sys/neighbours data in this dataset"]
+
+
 def test_profile_extends_past_the_training_runs():
     s = synthetic(n_runs=4, steps=10)
     p = forecast.Profile.fit(s, np.arange(4)).extended(25)

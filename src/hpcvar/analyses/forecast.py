@@ -43,7 +43,7 @@ import torch
 from sklearn.model_selection import GroupKFold
 
 from hpcvar import tracking
-from hpcvar.analyses import attention, common
+from hpcvar.analyses import attention, common, neighbourhood
 
 DEFAULT_GRID = common.FORECAST_GRID  # shared with the simulator's oracle
 #: The cumulative feature sets, each adding one group of common.FEATURE_SETS: the paper's ablation
@@ -65,7 +65,7 @@ DEFAULTS = {
     "long_run": None, "long_run_min_steps": 300, "long_run_m": 30, "long_run_k": 40,
     "truth": None,
     # Neighbour presence (feature set "neighbours"): the most frequent large-job users' running jobs.
-    "neighbour_min_nodes": 128, "neighbour_users": 16,
+    "neighbour_min_nodes": neighbourhood.DEFAULTS["threshold_nodes"], "neighbour_users": 16,
 }
 TORCH_REQUIREMENT = f"torch=={torch.__version__.split('+')[0]}"
 
