@@ -12,7 +12,9 @@ correction to persistence's log-ratio and starts at zero, the counters' input we
 zero, and training keeps the untrained model unless an epoch beats it on the validation runs.
 
 One network's forecast still depends on its initialisation and on which runs early stopping
-watched; :class:`Ensemble` averages several (``forecast.fit_attention``).
+watched; :class:`Ensemble` averages several (``forecast.fit_attention``). The head can output
+several horizons (``outputs``, trained together; the forecast is the last), which teaches the
+network how fast a slow stretch fades.
 
 The module carries the training windows' per-feature centre and scale as buffers, so the saved
 model takes raw relative deviations (what :mod:`hpcvar.analyses.forecast` builds) as input.
@@ -58,7 +60,8 @@ class AttentionForecaster(pl.LightningModule):
     learn it from a few hundred runs and did not."""
 
     def __init__(self, n_features: int, m: int, hidden: int = 32, heads: int = 4, lr: float = 3e-3,
-                 weight_decay: float = 1e-4, center: np.ndarray | None = None, scale: np.ndarray | None = None):
+                 weight_decay: float = 1e-4, center: np.ndarray | None = None, scale: np.ndarray | None = None,
+                 outputs: int = 1):
         super().__init__()
         if hidden % heads:
             raise ValueError(f"hidden ({hidden}) must be a multiple of heads ({heads})")
@@ -77,11 +80,16 @@ class AttentionForecaster(pl.LightningModule):
         self.q_proj = nn.Linear(hidden, hidden)
         self.kv_proj = nn.Linear(hidden, 2 * hidden)
         # The head corrects persistence and starts at no correction.
-        self.head = nn.Sequential(nn.Linear(4 * hidden, hidden), nn.GELU(), nn.Linear(hidden, 1))
+        self.head = nn.Sequential(nn.Linear(4 * hidden, hidden), nn.GELU(), nn.Linear(hidden, outputs))
         nn.init.zeros_(self.head[-1].weight)
         nn.init.zeros_(self.head[-1].bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The forecast: log-ratio of the next k steps' time to their profile."""
+        return self.forward_all(x)[:, -1]
+
+    def forward_all(self, x: torch.Tensor) -> torch.Tensor:
+        """(b, outputs): the log-ratios at every trained horizon, the forecast's own last."""
         b, m, _ = x.shape
         heads, hidden = self.hparams.heads, self.hparams.hidden
         h = self.embed((log_ratio(x) - self.center) / self.scale) + self.position
@@ -90,18 +98,16 @@ class AttentionForecaster(pl.LightningModule):
         k, v = self.kv_proj(h).view(b, m, 2, heads, hidden // heads).permute(2, 0, 3, 1, 4)
         context = F.scaled_dot_product_attention(q, k, v).reshape(b, hidden)
         pooled = [h.mean(dim=1), h.amax(dim=1)]
-        return persistence_log_ratio(x) + self.head(torch.cat([context, last, *pooled], dim=-1)).squeeze(-1)
-
-    def _loss(self, batch) -> torch.Tensor:
-        x, y = batch
-        # L1 on the log-ratio: close to the relative (percentage) error that MAPE scores.
-        return F.l1_loss(self(x), y)
+        return persistence_log_ratio(x)[:, None] + self.head(torch.cat([context, last, *pooled], dim=-1))
 
     def training_step(self, batch, batch_idx):
-        return self._loss(batch)
+        x, y = batch
+        # L1 on the log-ratio: close to the relative (percentage) error that MAPE scores; with
+        # several horizons, their mean.
+        return F.l1_loss(self.forward_all(x), y.reshape(len(y), -1))
 
     def validation_step(self, batch, batch_idx):
-        self.log("val_loss", self._loss(batch), prog_bar=False)
+        self.log("val_loss", forecast_loss(self, *batch), prog_bar=False)
 
     def configure_optimizers(self):
         return torch.optim.AdamW(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
@@ -110,6 +116,12 @@ class AttentionForecaster(pl.LightningModule):
         self.eval()
         with torch.no_grad():
             return self(torch.as_tensor(x, dtype=torch.float32)).numpy().astype(float)
+
+
+def forecast_loss(module: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """L1 of the forecast (the last horizon) on targets (n,) or (n, horizons): what early
+    stopping and the choice of weights watch."""
+    return F.l1_loss(module(x), y.reshape(len(y), -1)[:, -1])
 
 
 class Ensemble(nn.Module):
@@ -136,7 +148,7 @@ class BestWeights(pl.Callback):
     def __init__(self, module: pl.LightningModule, x_val: torch.Tensor, y_val: torch.Tensor):
         module.eval()
         with torch.no_grad():
-            self.best = float(F.l1_loss(module(x_val), y_val))
+            self.best = float(forecast_loss(module, x_val, y_val))
         self.state = copy.deepcopy(module.state_dict())
         module.train()
 
@@ -170,13 +182,14 @@ def fit(x: np.ndarray, y: np.ndarray, x_val: np.ndarray | None, y_val: np.ndarra
         hidden: int, lr: float, weight_decay: float, max_epochs: int, patience: int,
         batch_size: int) -> AttentionForecaster:
     """Train on windows ``x`` (n, m, F) -> log-ratios ``y``; early stopping on the validation
-    windows when given, else ``max_epochs`` epochs."""
+    windows when given, else ``max_epochs`` epochs. ``y`` (n, H) trains H horizons at once (the
+    forecast's own last); the model then still forecasts the last one."""
     pl.seed_everything(seed, workers=True, verbose=False)
     flat = log_ratio(x).reshape(-1, x.shape[-1])
     center, scale = flat.mean(axis=0), flat.std(axis=0)
     scale = np.where(np.isfinite(scale) & (scale > 1e-9), scale, 1.0)
     model = AttentionForecaster(x.shape[-1], x.shape[1], hidden=hidden, lr=lr, weight_decay=weight_decay,
-                                center=center, scale=scale)
+                                center=center, scale=scale, outputs=1 if y.ndim == 1 else y.shape[1])
     gen = torch.Generator().manual_seed(seed)
     train = DataLoader(TensorDataset(torch.as_tensor(x, dtype=torch.float32), torch.as_tensor(y, dtype=torch.float32)),
                        batch_size=batch_size, shuffle=True, generator=gen)
