@@ -124,6 +124,42 @@ def test_neighbours_set_without_sacct_is_skipped_with_a_note():
     assert notes == ["feature set job+placement+io+sys+neighbours skipped: no io/sys/neighbours data in this dataset"]
 
 
+def test_every_horizon_targets_end_with_the_forecast_target():
+    s = synthetic(n_runs=6, steps=14, lengths=[14, 12, 14, 9, 14, 14])
+    fold = forecast.make_folds(s, folds=3, val_fraction=0.2, seed=0)[0]
+    y = forecast.horizon_targets(s, fold, fold.fit, m=3, k=4)
+    part = forecast.Part.of(s, fold, fold.fit, 3, 4)
+    assert y.shape == (len(part.windows), 4)
+    np.testing.assert_allclose(y[:, -1], part.log_ratio)
+    for j in (1, 2, 3):  # column j-1: the j steps after t_c against the profile's j steps
+        want = [np.log(s.duration[r, t:t + j].sum() / fold.profile.duration[t:t + j].sum())
+                for r, t in zip(part.windows.run, part.windows.t_c)]
+        np.testing.assert_allclose(y[:, j - 1], want)
+
+
+def test_attention_learns_how_a_slow_stretch_fades():
+    """Trained on every horizon, the network forecasts the last one and has learnt the others:
+    here a window's slowdown c halves with every step ahead, which persistence (c for ever)
+    gets wrong at every horizon."""
+    from hpcvar.analyses import attention
+
+    rng = np.random.default_rng(0)
+    c = rng.uniform(0.0, 0.6, 600)
+    x = np.repeat(c[:, None, None], 4, axis=1)                       # (n, m=4, 1 feature: duration)
+    ahead = 0.5 ** np.arange(1, 6)                                   # step j after t_c: 1 + c / 2^j
+    y = np.log(np.cumsum(1 + c[:, None] * ahead, axis=1) / np.arange(1, 6))
+    model = attention.fit(x[:500], y[:500], x[500:], y[500:], seed=0, hidden=16, lr=3e-3, weight_decay=0.0,
+                          max_epochs=150, patience=20, batch_size=64)
+    import torch
+    with torch.no_grad():
+        every = model.forward_all(torch.as_tensor(x[500:], dtype=torch.float32)).numpy()
+    assert every.shape == (100, 5)
+    np.testing.assert_allclose(model.predict(x[500:]), every[:, -1], rtol=1e-6)
+    persistence = np.log1p(c[500:])[:, None]
+    learnt, naive = np.abs(every - y[500:]).mean(axis=0), np.abs(persistence - y[500:]).mean(axis=0)
+    assert (learnt < 0.3 * naive).all(), (learnt, naive)
+
+
 def test_profile_extends_past_the_training_runs():
     s = synthetic(n_runs=4, steps=10)
     p = forecast.Profile.fit(s, np.arange(4)).extended(25)
@@ -269,6 +305,42 @@ def test_long_run_forecast(campaign):
     svg = (base / "forecast" / "milc-128" / "long_run.svg").read_text()
     assert svg.lstrip().startswith("<?xml") and "<svg" in svg
     assert "milc-128-long" not in summary["datasets"]
+
+
+def test_long_run_reads_the_neighbours_presence(campaign, tmp_path):
+    """With the neighbours set, the long run's presence columns come from its own sacct: where
+    the simulator planted a culprit's congestion in the long run, the culprits' running jobs
+    weighted by their strengths give it back; and the forecast over it still beats the profile."""
+    from hpcvar.anonymise import Pseudonymiser
+
+    base, seed = campaign["base"], campaign["seed"]
+    cfg = forecast.configure({**CONFIG, "seed": seed, "feature_sets": [forecast.FEATURE_SETS[-1]]})
+    data = common.load(base / "dataset", tables=("runs", "steps", "step_counters", "system_counters",
+                                                 "neighbourhood"))
+    frame = forecast.with_neighbours(data, "milc-128", common.step_frame(data, "milc-128"), cfg)
+    (fs, columns), = forecast.feature_sets_of(frame, cfg["feature_sets"])[0].items()
+    s = forecast.series(frame, "milc-128", columns)
+    long_s = forecast.long_series(data, "milc-128-long", s, cfg)
+    assert long_s.feature_names == s.feature_names and len(long_s.run_ids) >= 1
+    users = [n[len(common.NEIGHBOUR_PREFIX):] for n in s.feature_names if n.startswith(common.NEIGHBOUR_PREFIX)]
+    truth = json.loads((base / "raw" / "truth.json").read_text())
+    pseudo = Pseudonymiser(b"t")
+    culprits = {pseudo(u): truth["culprit_strength"][u] for u in truth["datasets"]["milc-128-long"]["culprits"]}
+    assert set(culprits) <= set(users)
+    steps = pd.read_parquet(base / "raw" / "truth_steps.parquet").set_index(["run_id", "step"])["culprit"]
+    got, want = [], []
+    for r, run_id in enumerate(long_s.run_ids):
+        n = int(long_s.lengths[r])
+        got.append(sum(w * long_s.features[r, :n, s.feature_names.index(common.NEIGHBOUR_PREFIX + u)]
+                       for u, w in culprits.items()))
+        want.append(steps.loc[run_id].sort_index().to_numpy()[:n])
+    got, want = np.concatenate(got), np.concatenate(want)
+    # Seed 0 plants a culprit through both long runs, seed 1 none: present and absent both read back.
+    assert np.isclose(got, want).mean() > 0.99
+    result = forecast.long_run(data, "milc-128-long", s, list(range(1 + len(columns))), fs, cfg, tmp_path,
+                               progress=lambda msg: None)
+    assert result["feature_set"] == fs and result["segments"] >= (620 - 30) // 40
+    assert np.isfinite(result["mape"]) and result["mape"] < result["mape_profile"]
 
 
 def test_mlflow_store(campaign):
