@@ -3,6 +3,7 @@ model, the attention model's ratio to the oracle, and training time per cell.
 
     .venv/bin/python benchmarks/bench_forecast.py                      # 150 days, seeds 0 and 1
     .venv/bin/python benchmarks/bench_forecast.py --days 30 --seeds 0 --set ensemble=1
+    .venv/bin/python benchmarks/bench_forecast.py --feature-sets job+placement+io+sys --keep /tmp/bf
 
 The demo machine with only the two MILC datasets (about 225 runs each over 150 days), the grid
 cell m=10, k=20, and the paper's full feature set (job counters, placement, io, sys) with and
@@ -26,19 +27,33 @@ MILC = ("milc-128", "milc-512")
 FEATURE_SETS = ("job+placement+io+sys", "job+placement+io+sys+neighbours")
 
 
+def campaign(base: Path, days: int, seed: int) -> Path:
+    """The demo machine's two MILC datasets over ``days`` (simulated and collated once, reused)."""
+    from hpcvar.anonymise import Pseudonymiser
+    from hpcvar.collate import collate
+    from hpcvar.simulate import simulate
+    from hpcvar.simulate.presets import get_preset
+
+    d = base / f"milc-d{days}-s{seed}"
+    if not (d / "dataset").exists():
+        preset = get_preset("demo", {"days": days, "mpip_fraction": 0.02})
+        preset = replace(preset, datasets=tuple(x for x in preset.datasets if x.name in MILC), extra_datasets=())
+        simulate(preset, seed, d / "raw", progress=False)
+        collate(d / "raw", d / "dataset", Pseudonymiser(b"bench"))
+    return d
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--days", type=int, default=150)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     ap.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
                     help="forecast setting, e.g. --set ensemble=1 --set hidden=64")
-    ap.add_argument("--keep", help="keep the campaigns under this directory")
+    ap.add_argument("--feature-sets", nargs="+", default=list(FEATURE_SETS), metavar="SET")
+    ap.add_argument("--datasets", nargs="+", default=list(MILC), choices=MILC)
+    ap.add_argument("--keep", help="keep (and reuse) the campaigns under this directory")
     a = ap.parse_args()
-    from hpcvar.anonymise import Pseudonymiser
     from hpcvar.analyses import forecast
-    from hpcvar.collate import collate
-    from hpcvar.simulate import simulate
-    from hpcvar.simulate.presets import get_preset
 
     settings = {k: json.loads(v) for k, v in (s.split("=", 1) for s in a.set)}
     base = Path(a.keep) if a.keep else Path(tempfile.mkdtemp(prefix="bench-forecast-"))
@@ -46,19 +61,14 @@ def main() -> None:
     print(f"{'seed':>4} {'dataset':<9} {'features':<32} {'runs':>5} {'oracle':>7} {'attention':>9} {'ratio':>6} "
           f"{'lightgbm':>8} {'persist':>7} {'train_s':>8}")
     for seed in a.seeds:
-        d = base / f"milc-d{a.days}-s{seed}"
-        preset = get_preset("demo", {"days": a.days, "mpip_fraction": 0.02})
-        preset = replace(preset, datasets=tuple(x for x in preset.datasets if x.name in MILC), extra_datasets=())
         t0 = time.perf_counter()
-        if not (d / "dataset").exists():
-            simulate(preset, seed, d / "raw", progress=False)
-            collate(d / "raw", d / "dataset", Pseudonymiser(b"bench"))
+        d = campaign(base, a.days, seed)
         made = time.perf_counter() - t0
         os.chdir(d)
         summary = forecast.run(d / "dataset", d / "forecast", {
-            "datasets": list(MILC), "grid": {"milc": {"m": [10], "k": [20]}}, "seed": seed,
-            "feature_sets": list(FEATURE_SETS), "truth": str(d / "raw" / "truth.json"), **settings})
-        for name in MILC:
+            "datasets": a.datasets, "grid": {"milc": {"m": [10], "k": [20]}}, "seed": seed,
+            "feature_sets": a.feature_sets, "truth": str(d / "raw" / "truth.json"), **settings})
+        for name in a.datasets:
             grid = pd.DataFrame(summary["datasets"][name]["grid"])
             for fs, g in grid.groupby("feature_set", sort=False):
                 g = g.set_index("model")

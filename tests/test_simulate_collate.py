@@ -220,6 +220,21 @@ def test_io_router_traffic_leads_milc_slowdowns(demo):
     assert r_milc > 0.2 and r_milc > r_other + 0.1, (r_milc, r_other)
 
 
+def test_hidden_io_state_is_what_the_io_routers_carry(demo):
+    """truth_steps.parquet's I/O process at each step's start is the traffic the I/O routers'
+    LDMS counters record over that step (as a per-second rate), read back through collation."""
+    raw, ds_dir, _, _ = demo
+    ds = Dataset(ds_dir)
+    hidden = pd.read_parquet(raw / "truth_steps.parquet")
+    assert {"culprit", "ar1", "io"} <= set(hidden.columns) and hidden["io"].notna().all()
+    io = ds.read("system_counters").query("scope == 'io' and counter == 'RT_FLIT_TOT'")
+    data = ds.read("steps").merge(io[["run_id", "step", "value"]], on=["run_id", "step"]).merge(
+        hidden, on=["run_id", "step"])
+    assert len(data) > 1000
+    rate = np.log(data["value"] / data["duration_s"])
+    assert np.corrcoef(rate, data["io"])[0, 1] > 0.95
+
+
 def test_system_counters_cover_both_scopes(demo):
     _, ds_dir, _, _ = demo
     ds = Dataset(ds_dir)

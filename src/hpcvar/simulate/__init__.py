@@ -7,6 +7,7 @@
     out/truth.json                        planted causes (never read by collation)
     out/truth_oracle.parquet              the oracle forecaster's expected k-step sums per run and t_c
     out/truth_steps.parquet               the hidden state per run and step: culprit intensity, AR(1)
+                                          congestion, the I/O process at the step's start
     out/ldms/aries_rtr_mmr/aries_rtr_mmr.<epoch>   LDMS store_csv, one rollover file per day
     out/perflogs/<system>/compute/<Test>.log       ReFrame perflogs, one record per run
     out/runs/<run_id>/stdout.txt          timestamped application output (ts '%.s')
@@ -176,7 +177,7 @@ class _Campaign:
         oracle = pd.DataFrame(self._oracle, columns=["run_id", "dataset", "t_c", "k", "oracle_s", "actual_s"])
         oracle.to_parquet(out / "truth_oracle.parquet", index=False)
         steps = (pd.concat(self._steps, ignore_index=True) if self._steps else
-                 pd.DataFrame({"run_id": [], "dataset": [], "step": [], "culprit": [], "ar1": []}))
+                 pd.DataFrame({"run_id": [], "dataset": [], "step": [], "culprit": [], "ar1": [], "io": []}))
         steps.to_parquet(out / "truth_steps.parquet", index=False)
         truth = self.truth(truth_runs, profiles, oracle)
         if p.microbenchmark_nodes > 0:
@@ -254,7 +255,8 @@ class _Campaign:
                              for t_c, k, o in model.oracle_sums(ds, profile, res, frag, self.io, len(profile))]
         self._steps.append(pd.DataFrame({
             "run_id": run_id, "dataset": ds.name, "step": np.arange(1, n_written + 1, dtype=np.int32),
-            "culprit": res.culprit_share[:n_written], "ar1": res.ar1[:n_written]}))
+            "culprit": res.culprit_share[:n_written], "ar1": res.ar1[:n_written],
+            "io": self.io(res.step_start[:n_written])}))
         truth = {"run_id": run_id, "dataset": ds.name, "failed": failed,
                  "culprit_steps": float(np.mean(res.culprit_share > 0)),
                  "abs_rel_noise": float(np.mean(np.abs((res.step_end - res.step_start) - res.noise_free)
