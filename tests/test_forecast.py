@@ -201,7 +201,8 @@ def test_plan_pairs_long_runs_with_their_regular_dataset():
 
 SEEDS = (0, 1)
 MILC = ("milc-128", "milc-512")
-#: The MAPE bar relative to the simulator's oracle that was asked for (not reached, see below).
+#: The MAPE bar relative to the simulator's oracle that was asked for (reached at 150 days, not
+#: at 30: see below).
 ORACLE_TARGET = 1.25
 # Two networks per ensemble (the default is four) keep the two seeds' campaigns to minutes each.
 # Every feature set, the neighbours' presence included (not in the default run).
@@ -281,11 +282,12 @@ def test_attention_beats_every_baseline(campaign):
             assert best < cell[cell["model"] == model]["mape"].min(), (name, model, cell.to_string())
 
 
-@pytest.mark.xfail(reason="not reached at this size: on 30 days the attention ensemble is 1.36-1.62x the oracle's "
-                          "MAPE (150 days: 1.15-1.28x, benchmarks/bench_forecast.py). The oracle knows the hidden "
-                          "congestion state and its dynamics; the forecaster learns them from a few dozen runs. "
-                          "Knowing the culprits' jobs (feature set +neighbours, which reproduces the planted "
-                          "culprit congestion per step) does not close the gap", strict=False)
+@pytest.mark.xfail(reason="not reached at this size: on 30 days the attention ensemble is 1.36-1.59x the oracle's "
+                          "MAPE; on 150 days (the study's length, too slow for CI) 1.15-1.24x on both datasets and "
+                          "seeds (benchmarks/bench_forecast.py). The oracle knows the hidden congestion state and its "
+                          "dynamics; the forecaster learns them from a few dozen runs "
+                          "(benchmarks/bench_forecast_gap.py)",
+                   strict=False)
 def test_attention_within_target_of_oracle(campaign):
     for name in MILC:
         cell = _cell(campaign["summary"], name)
