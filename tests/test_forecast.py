@@ -135,12 +135,15 @@ def test_every_horizon_targets_end_with_the_forecast_target():
         want = [np.log(s.duration[r, t:t + j].sum() / fold.profile.duration[t:t + j].sum())
                 for r, t in zip(part.windows.run, part.windows.t_c)]
         np.testing.assert_allclose(y[:, j - 1], want)
+    assert forecast.horizon_targets(s, fold, np.empty(0, int), m=3, k=4).shape == (0, 4)  # no validation runs
 
 
 def test_attention_learns_how_a_slow_stretch_fades():
     """Trained on every horizon, the network forecasts the last one and has learnt the others:
     here a window's slowdown c halves with every step ahead, which persistence (c for ever)
     gets wrong at every horizon."""
+    import torch
+
     from hpcvar.analyses import attention
 
     rng = np.random.default_rng(0)
@@ -150,7 +153,6 @@ def test_attention_learns_how_a_slow_stretch_fades():
     y = np.log(np.cumsum(1 + c[:, None] * ahead, axis=1) / np.arange(1, 6))
     model = attention.fit(x[:500], y[:500], x[500:], y[500:], seed=0, hidden=16, lr=3e-3, weight_decay=0.0,
                           max_epochs=150, patience=20, batch_size=64)
-    import torch
     with torch.no_grad():
         every = model.forward_all(torch.as_tensor(x[500:], dtype=torch.float32)).numpy()
     assert every.shape == (100, 5)
