@@ -17,6 +17,39 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
+# Under pytest-xdist every worker gets its share of the cores for OpenMP, BLAS and torch threads
+# (and so do the programs its tests start), instead of each worker using all of them at once.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    _share = max(1, len(os.sched_getaffinity(0)) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_var, str(_share))
+
+
+#: Fixtures that stand for one resource of the machine or of the session: every test that uses
+#: one runs on the same pytest-xdist worker (``--dist loadgroup``), one at a time, so the resource
+#: is set up once and never used by two tests at once.
+#: Both take minutes to set up, so their tests are also ``slow`` (not in the everyday tier).
+RESOURCE_GROUPS = {
+    "main_job": "main-job",  # one workflow directory: the main job runs once, its tests read and add to it
+    "cluster": "slurm",      # the dev Slurm cluster (`hpcvar dev slurm`): one state directory, one slurmctld
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns the marks into the tests' groups
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        for fixture, group in RESOURCE_GROUPS.items():
+            if fixture in item.fixturenames:
+                item.add_marker(pytest.mark.xdist_group(group))
+                item.add_marker(pytest.mark.slow)
+
+
+def per_seed_group(prefix: str, seeds) -> list:
+    """Fixture params, one per seed, for a fixture that takes minutes (a simulated campaign and
+    what is trained on it): its tests are ``slow`` and share one xdist worker per seed, so each
+    seed's fixture is built once and the seeds run side by side."""
+    return [pytest.param(s, marks=[pytest.mark.xdist_group(f"{prefix}-seed{s}"), pytest.mark.slow]) for s in seeds]
+
 
 def _samples_dir() -> Path:
     env = os.environ.get("HPCVAR_SAMPLES")
@@ -38,27 +71,71 @@ class Campaign:
     raw: Path
     dataset: Path
     truth: dict
+    collated: object  # the CollateResult of the first collation (new runs, failed, quarantined)
 
 
 SALT = b"test-salt"
 
 
+def shared_dir(tmp_path_factory) -> Path:
+    """A directory every pytest-xdist worker of this session sees (without xdist: the base temp).
+
+    Under xdist each worker has its own base temp (``pytest-N/popen-gwK``); their parent is the
+    session's, so what one worker builds there the others find.
+    """
+    base = tmp_path_factory.getbasetemp()
+    return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "shared"
+
+
+def build_once(tmp_path_factory, name: str, build) -> Path:
+    """``build(directory)`` run once per test session, whichever worker asks first; the others
+    wait on a file lock and reuse the directory. Only for outputs the tests then only read."""
+    from filelock import FileLock
+
+    root = shared_dir(tmp_path_factory)
+    root.mkdir(parents=True, exist_ok=True)
+    target, done = root / name, root / f"{name}.done"
+    with FileLock(str(root / f"{name}.lock")):
+        if not done.exists():
+            if target.exists():  # a build interrupted in an earlier attempt of this session
+                shutil.rmtree(target)
+            target.mkdir()
+            build(target)
+            done.touch()
+    return target
+
+
 @pytest.fixture(scope="session")
 def campaign(tmp_path_factory):
-    """``campaign(preset, seed, days)``: a simulated campaign, collated; built once per session."""
+    """``campaign(preset, seed, days)``: a simulated campaign, collated; simulated once per test
+    session (shared by the xdist workers), with a dataset copy of each worker's own.
+
+    The raw files are shared, to be read only (``raw`` is the path they were collated from, so the
+    quarantine's file names match); the dataset is copied, so what an analysis writes beside it
+    (``mlflow.db``, ``mlartifacts/``) stays with the worker that ran it.
+    """
+    import pickle
+
     from hpcvar.anonymise import Pseudonymiser
     from hpcvar.collate import collate
     from hpcvar.simulate import simulate
 
     cache: dict[tuple, Campaign] = {}
 
+    def build(preset: str, seed: int, days: int, out: Path) -> None:
+        truth = simulate(preset, seed=seed, out=out / "raw", overrides={"days": days}, progress=False)
+        collated = collate(out / "raw", out / "dataset", Pseudonymiser(SALT))
+        (out / "objects.pickle").write_bytes(pickle.dumps((truth, collated)))
+
     def get(preset: str = "demo", seed: int = 0, days: int = 30) -> Campaign:
         key = (preset, seed, days)
         if key not in cache:
-            base = tmp_path_factory.mktemp(f"{preset}-s{seed}-d{days}")
-            truth = simulate(preset, seed=seed, out=base / "raw", overrides={"days": days}, progress=False)
-            collate(base / "raw", base / "dataset", Pseudonymiser(SALT))
-            cache[key] = Campaign(base / "raw", base / "dataset", truth)
+            name = f"{preset}-s{seed}-d{days}"
+            built = build_once(tmp_path_factory, name, lambda out: build(preset, seed, days, out))
+            base = tmp_path_factory.mktemp(name)
+            shutil.copytree(built / "dataset", base / "dataset")
+            truth, collated = pickle.loads((built / "objects.pickle").read_bytes())
+            cache[key] = Campaign(built / "raw", base / "dataset", truth, collated)
         return cache[key]
 
     return get

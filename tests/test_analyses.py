@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from conftest import SALT
+from conftest import SALT, per_seed_group
 from hpcvar.analyses import deviation, neighbourhood
 from hpcvar.analyses.common import step_frame
 from hpcvar.anonymise import Pseudonymiser
@@ -96,7 +96,7 @@ def test_deviation_centres_with_training_means_only():
 
 # --- recovery of planted truth (paper preset, two seeds) ---------------------------------------
 
-@pytest.fixture(scope="module", params=SEEDS)
+@pytest.fixture(scope="module", params=per_seed_group("paper", SEEDS))
 def paper(request, campaign, tmp_path_factory):
     c = campaign("paper", request.param, 30)
     out = tmp_path_factory.mktemp(f"analyses-{request.param}")

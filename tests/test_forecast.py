@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from conftest import per_seed_group
 from hpcvar.analyses import common, forecast
 
 # --- small synthetic series -----------------------------------------------------------------------
@@ -212,7 +213,7 @@ CONFIG = {"datasets": [*MILC], "grid": {"milc": {"m": [10], "k": [20, 80]}}, "en
           "feature_sets": list(forecast.FEATURE_SETS)}
 
 
-@pytest.fixture(scope="session", params=SEEDS, ids=lambda s: f"seed{s}")
+@pytest.fixture(scope="session", params=per_seed_group("forecast", SEEDS), ids=lambda s: f"seed{s}")
 def campaign(request, tmp_path_factory):
     """Demo machine, 30 days, the MILC datasets plus the 620-step MILC run, collated and forecast.
 

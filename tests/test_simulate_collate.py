@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from conftest import SALT
 from hpcvar.anonymise import Pseudonymiser
 from hpcvar.collate import collate
 from hpcvar.dataset import Dataset
@@ -24,22 +25,18 @@ from hpcvar.simulate import simulate, write_manifest
 from hpcvar.simulate.presets import get_preset
 from hpcvar.topology import LOCALITY_CLASSES
 
-SALT = b"test-salt"
-
 
 @pytest.fixture(scope="session")
-def demo(tmp_path_factory):
-    """(raw dir, dataset dir, truth) of the demo preset, collated once."""
-    base = tmp_path_factory.mktemp("demo")
-    truth = simulate("demo", seed=0, out=base / "raw", progress=False)
-    result = collate(base / "raw", base / "dataset", Pseudonymiser(SALT))
-    return base / "raw", base / "dataset", truth, result
+def demo(campaign):
+    """(raw dir, dataset dir, truth, collation result) of the demo preset, collated once."""
+    c = campaign("demo", 0, get_preset("demo").days)
+    return c.raw, c.dataset, c.truth, c.collated
 
 
 @pytest.fixture()
-def small_raw(tmp_path):
-    """A 2-day demo campaign, for tests that modify raw files."""
-    simulate("demo", seed=3, out=tmp_path / "raw", overrides={"days": 2}, progress=False)
+def small_raw(campaign, tmp_path):
+    """A 2-day demo campaign's raw files, a copy of this test's own to modify."""
+    shutil.copytree(campaign("demo", 3, 2).raw, tmp_path / "raw")
     return tmp_path / "raw"
 
 

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
 from conftest import snakemake
+
+# Lint and the dry run use the checkout's .snakemake/ directory: one at a time, on the main job's worker.
+pytestmark = pytest.mark.xdist_group("main-job")
 
 
 def test_lint_is_clean():
