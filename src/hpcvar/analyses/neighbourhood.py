@@ -27,42 +27,71 @@ DEFAULTS = {"threshold_nodes": 128, "tau": 1.0, "top_k": 10, "min_runs": 4}
 
 
 def ranking(runs: pd.DataFrame, neigh: pd.DataFrame, threshold_nodes: int, tau: float) -> pd.DataFrame:
-    """Both rankings for one dataset's runs; one row per qualified user, best MI first."""
-    big = neigh[(neigh["num_nodes"] > threshold_nodes) & neigh["run_id"].isin(runs["run_id"])]
-    times = runs.set_index("run_id")["total_time_s"]
+    """Both rankings for one dataset's runs: one row per user with a job running alongside any run.
+
+    Mutual information (Bhatele et al. 2020) ranks the users with a job larger than
+    ``threshold_nodes``: ``mi``, ``rank_mi``, ``cooccurrence``, ``share_of_runs``, the mean run time
+    with and without them and ``direction`` are about those large jobs (``rank_mi`` is NA for a
+    user who never had one). The Pearson ranking (the Perlmutter/Frontier study) correlates run
+    time with every user's concurrently allocated nodes, all job sizes, 0 when absent: ``nodes_r``,
+    ``nodes_p``, ``rank_r`` (by |r|), over every user, with ``runs_alongside`` (runs with any job of
+    theirs). Ties are broken by co-occurrence, then by user name, so the order is reproducible.
+    Rows: MI-ranked users first (by ``rank_mi``), then the others by ``rank_r``.
+    """
     cols = ["user", "mi", "rank_mi", "cooccurrence", "share_of_runs", "mean_time_with_s", "mean_time_without_s",
-            "direction", "nodes_r", "nodes_p", "rank_r"]
-    if big.empty:
+            "direction", "nodes_r", "nodes_p", "rank_r", "runs_alongside"]
+    ours = neigh[neigh["run_id"].isin(runs["run_id"])]
+    if ours.empty:
         return pd.DataFrame(columns=cols)
+    times = runs.set_index("run_id")["total_time_s"]
+    t = times.to_numpy()
+    nodes = ours.groupby(["run_id", "user"])["num_nodes"].sum().unstack(fill_value=0).reindex(times.index, fill_value=0)
+    big = ours[ours["num_nodes"] > threshold_nodes]
     presence = pd.crosstab(big["run_id"], big["user"]).reindex(times.index, fill_value=0).clip(upper=1)
     optimal = (times < tau * times.mean()).astype(int).to_numpy()
-    mi = mutual_info_classif(presence.to_numpy(), optimal, discrete_features=True, random_state=0)
-    nodes = big.groupby(["run_id", "user"])["num_nodes"].sum().unstack(fill_value=0).reindex(times.index, fill_value=0)
+    mi = dict(zip(presence.columns, mutual_info_classif(presence.to_numpy(), optimal, discrete_features=True,
+                                                         random_state=0))) if len(presence.columns) else {}
     rows = []
-    for j, user in enumerate(presence.columns):
-        mask = presence[user].to_numpy() == 1
-        with_t = times[mask].mean()
-        without_t = times[~mask].mean() if (~mask).any() else np.nan
-        if nodes[user].nunique() > 1 and times.nunique() > 1:
-            r, p = pearsonr(nodes[user].to_numpy(), times.to_numpy())
-        else:
-            r, p = np.nan, np.nan
-        rows.append({"user": user, "mi": mi[j], "cooccurrence": int(mask.sum()), "share_of_runs": mask.mean(),
-                     "mean_time_with_s": with_t, "mean_time_without_s": without_t,
-                     "direction": "slower" if with_t > without_t else "faster" if with_t < without_t else "none",
-                     "nodes_r": r, "nodes_p": p})
+    for user in nodes.columns:
+        x = nodes[user].to_numpy()
+        r, p = pearsonr(x, t) if np.ptp(x) > 0 and np.ptp(t) > 0 else (np.nan, np.nan)
+        row = {"user": user, "mi": np.nan, "cooccurrence": 0, "share_of_runs": 0.0, "mean_time_with_s": np.nan,
+               "mean_time_without_s": np.nan, "direction": None, "nodes_r": float(r), "nodes_p": float(p),
+               "runs_alongside": int((x > 0).sum())}
+        if user in mi:
+            mask = presence[user].to_numpy() == 1
+            with_t = times[mask].mean()
+            without_t = times[~mask].mean() if (~mask).any() else np.nan
+            row.update(mi=mi[user], cooccurrence=int(mask.sum()), share_of_runs=mask.mean(), mean_time_with_s=with_t,
+                       mean_time_without_s=without_t,
+                       direction="slower" if with_t > without_t else "faster" if with_t < without_t else "none")
+        rows.append(row)
     table = pd.DataFrame(rows)
-    # Ties in MI (users present in the same runs) are broken by how often the user is there.
-    table = table.sort_values(["mi", "cooccurrence"], ascending=False).reset_index(drop=True)
-    table["rank_mi"] = np.arange(1, len(table) + 1)
-    order = table["nodes_r"].abs().fillna(-1).rank(ascending=False, method="first")
-    table["rank_r"] = order.astype(int)
+    # Pearson: strongest |r| first; equal |r| (or none) by co-occurrence, then by name.
+    by_r = table.assign(abs_r=table["nodes_r"].abs().fillna(-1.0)).sort_values(
+        ["abs_r", "runs_alongside", "user"], ascending=[False, False, True], kind="stable")
+    table["rank_r"] = pd.Series(np.arange(1, len(table) + 1), index=by_r.index)
+    # MI: ties (users present in the same runs) by how often the user is there, then by name.
+    by_mi = table[table["mi"].notna()].sort_values(["mi", "cooccurrence", "user"], ascending=[False, False, True],
+                                                   kind="stable")
+    table["rank_mi"] = pd.Series(np.arange(1, len(by_mi) + 1), index=by_mi.index).astype("Int64")
+    table = table.sort_values(["rank_mi", "rank_r"], na_position="last", kind="stable").reset_index(drop=True)
     return table[cols]
+
+
+def _records(frame: pd.DataFrame) -> list[dict]:
+    """Rows as dicts, missing values (NaN, NA) as None."""
+    return frame.astype(object).where(frame.notna(), None).to_dict("records")
+
+
+def mi_ranked(table: pd.DataFrame) -> pd.DataFrame:
+    """The users the MI ranking covers (jobs over the threshold), in rank order."""
+    return table[table["rank_mi"].notna()]
 
 
 def cross_dataset(tables: dict[str, pd.DataFrame], top_k: int) -> pd.DataFrame:
     """Users among the top ``top_k`` by MI (and slowing runs) in more than one dataset (Table III)."""
-    tops = {ds: t[(t["rank_mi"] <= top_k) & (t["direction"] == "slower")] for ds, t in tables.items()}
+    tops = {ds: t[(t["rank_mi"] <= top_k).fillna(False) & (t["direction"] == "slower")] for ds, t in tables.items()}
     users = pd.Series([u for t in tops.values() for u in t["user"]]).value_counts()
     shared = users[users > 1].index
     rows = [{"user": u, "datasets": int(users[u]),
@@ -96,18 +125,19 @@ def run(dataset_dir: str | Path, out_dir: str | Path, config: dict | None = None
         d = out_dir / name
         d.mkdir(parents=True, exist_ok=True)
         table.to_csv(d / "ranking.csv", index=False)
-        if len(table):
-            plot_top_users(table, name, cfg["top_k"], d / "top_users.svg")
+        qualified = mi_ranked(table)
+        if len(qualified):
+            plot_top_users(qualified, name, cfg["top_k"], d / "top_users.svg")
         times = ds_runs["total_time_s"]
         summary["datasets"][name] = {
-            "runs": len(ds_runs), "qualified_users": len(table),
+            "runs": len(ds_runs), "qualified_users": len(qualified), "users_alongside": len(table),
             "optimal_runs": int((times < cfg["tau"] * times.mean()).sum()),
-            "top_users": table.head(cfg["top_k"]).to_dict("records"),
-            "top_users_by_nodes_r": table.sort_values("rank_r").head(cfg["top_k"])[
-                ["user", "nodes_r", "nodes_p", "cooccurrence"]].to_dict("records"),
+            "top_users": _records(qualified.head(cfg["top_k"])),
+            "top_users_by_nodes_r": _records(table.sort_values("rank_r").head(cfg["top_k"])[
+                ["user", "nodes_r", "nodes_p", "runs_alongside", "rank_mi"]]),
         }
-        print(f"neighbourhood: {name}: {len(ds_runs)} runs, {len(table)} users with jobs > "
-              f"{cfg['threshold_nodes']} nodes", file=sys.stderr, flush=True)
+        print(f"neighbourhood: {name}: {len(ds_runs)} runs, {len(qualified)} users with jobs > "
+              f"{cfg['threshold_nodes']} nodes, {len(table)} users alongside", file=sys.stderr, flush=True)
     cross = cross_dataset(tables, cfg["top_k"])
     cross.to_csv(out_dir / "cross_dataset.csv", index=False)
     summary["cross_dataset"] = cross.to_dict("records")
@@ -130,7 +160,7 @@ def _log(dataset_dir, out_dir: Path, cfg: dict, runs, neigh, tables, summary) ->
                 d = summary["datasets"][name]
                 mlflow.log_metrics({"runs": d["runs"], "qualified_users": d["qualified_users"],
                                     "optimal_runs": d["optimal_runs"],
-                                    "top_mi": float(table["mi"].iloc[0]) if len(table) else 0.0})
+                                    "top_mi": float(mi_ranked(table)["mi"].iloc[0]) if len(mi_ranked(table)) else 0.0})
                 mlflow.log_artifacts(str(out_dir / name), artifact_path="neighbourhood")
                 ids[name] = r.info.run_id
         return {"tracking_uri": mlflow.get_tracking_uri(), "experiment_id": exp_id, "runs": ids}

@@ -265,6 +265,14 @@ class Builder:
                 ["rank_mi", "user", "mi", "cooccurrence", "mean_time_with_s", "mean_time_without_s", "direction",
                  "nodes_r", "rank_r"]], {"mi": "{:.3f}", "mean_time_with_s": "{:,.0f}", "mean_time_without_s": "{:,.0f}",
                                          "nodes_r": "{:.2f}"}))
+            by_r = pd.DataFrame(d.get("top_users_by_nodes_r") or [])
+            if len(by_r):
+                by_r["user"] = by_r["user"].map(self.user)
+                part.tables.append(Table(
+                    "Top users by the Pearson correlation of run time with their concurrently allocated nodes, all "
+                    "users and job sizes (the Perlmutter/Frontier study)",
+                    by_r[["user", "nodes_r", "nodes_p", "runs_alongside", "rank_mi"]],
+                    {"nodes_r": "{:.2f}", "nodes_p": "{:.2g}", "rank_mi": "{:.0f}"}))
             parts.append(part)
         cross = pd.DataFrame(s.get("cross_dataset") or [])
         if len(cross):
@@ -278,7 +286,9 @@ class Builder:
         sec.parts = parts
         sec.reading = (f"Users whose large jobs (more than {thr} nodes) coincide with slow runs, ranked by the mutual "
                        "information between their presence and whether a run was faster than the mean (Bhatele et "
-                       "al. 2020, Section IV-A). User names are pseudonyms (salted hashes); the salt stays with the "
+                       "al. 2020, Section IV-A); and, over every user and job size, by the Pearson correlation of "
+                       "run time with the nodes they had allocated during the run (the group's Perlmutter/Frontier "
+                       "study). User names are pseudonyms (salted hashes); the salt stays with the "
                        "facility.")
         return sec
 
