@@ -458,3 +458,20 @@ def test_describe_figures() -> None:
                                                                                                "PASSED")
     assert figures["mean_step_s"] == pytest.approx(9.69242230 * 60 / 5)  # RADTR accumulated minutes
     assert not any(isinstance(v, float) and math.isnan(v) for v in figures.values())
+
+
+def test_amg_figure_of_merit_and_a_file_of_two_problems(samples):
+    """AMG prints its Figure of Merit; the LANL output holds problem 1 (GMRES) then problem 2
+    (PCG): inspect gives each problem's figures and no mean step mixing the two solves."""
+    from hpcvar.parsers.apps import describe
+
+    amg = samples / "apps" / "amg"
+    one = apps.read(amg / "amg2023_aws-pcluster_32n_20-iter-1.out")
+    assert one.checks["fom"] == 6.481247e+08  # "Figure of Merit (FOM): nnz_AP / (...) 6.481247e+08"
+    assert apps.read(amg / "amg_llnl2017_generated_problem2_np8_n40.out").checks["fom"] == 8.371585e+07  # (FOM_2)
+    info = describe(amg / "amg2023_lanl_amg-1.1.32.out")["figures"]
+    assert info["problems"] == "1,2" and info["mean_step_s"] is None and "2 different problems" in info["note"]
+    assert (info["problem_1_solve_s"], info["problem_1_iterations"], info["problem_1_fom"]) == (1.317902, 12, 4.363696e+09)
+    assert (info["problem_2_solve_s"], info["problem_2_iterations"], info["problem_2_fom"]) == (1.251026, 26, 1.733236e+09)
+    assert info["problem_1_setup_s"] + info["problem_2_setup_s"] == pytest.approx(info["setup_s"])
+    assert "fom" not in info

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 HPCVAR = [sys.executable, "-m", "hpcvar"]
@@ -123,3 +124,74 @@ def test_schema_doc_is_current(table):
     out = run("schema")
     assert out.stdout.strip() == doc.strip(), "regenerate docs/dataset.md with `hpcvar schema > docs/dataset.md`"
     assert f"## `{table}`" in doc
+
+
+# --- what real files showed (issue 19): inspect says precisely what is wrong or unknown ------------
+
+CAPTURED = Path(__file__).resolve().parent / "captured"
+
+
+def test_inspect_sacct_without_jobid_names_the_field(samples, tmp_path):
+    """sacct -P output whose --format left out JobID is still sacct's: the reader says what is missing."""
+    lines = (samples / "slurm" / "sacct" / "sacct_P_26fields_simple.log").read_text().splitlines()
+    no_id = tmp_path / "sacct-no-jobid.txt"
+    no_id.write_text("\n".join("|".join(line.split("|")[2:]) for line in lines) + "\n")  # drop JobID, JobIDRaw
+    out = run("inspect", no_id)
+    assert out.returncode == 1
+    assert f"{no_id}: ERROR {no_id}:1: header has no JobID field" in out.stdout
+    assert "add JobID to sacct's --format" in out.stdout and "not a format hpcvar reads" not in out.stdout
+
+
+def test_inspect_a_reframe_report_with_a_sanity_failure(tmp_path):
+    """ReFrame 4.10.4 writes a never-evaluated performance variable as null (captured report)."""
+    report = CAPTURED / "reframe" / "reframe4.10.4_sanity-failure_run-report.json"
+    out = run("inspect", "--json", report)
+    assert out.returncode == 0, out.stdout
+    (r,) = json.loads(out.stdout)
+    assert r["kind"] == "reframe_report" and r["records"] == 1
+    assert r["figures"] == {"tests": 1, "variables": 1, "values": 0, "pass": 0, "fail": 1}
+    # A passed test with a null value is still malformed.
+    doc = json.loads(report.read_text())
+    doc["runs"][0]["testcases"][0]["result"] = "pass"
+    bad = tmp_path / "report.json"
+    bad.write_text(json.dumps(doc))
+    out = run("inspect", bad)
+    assert out.returncode == 1 and "expected a number for runs[0].testcases[0] total_time value, found None" in out.stdout
+
+
+def test_inspect_perflog_without_result_field_says_unknown(samples):
+    """ReFrame 3.x perflogs carry no pass/fail: that is unknown, not 'pass 0 / fail 0'."""
+    v3 = next((samples / "reframe" / "perflogs").glob("reframe3.7_*.log"))
+    (r,) = json.loads(run("inspect", "--json", v3).stdout)
+    assert r["ok"] and r["figures"]["pass"] == r["figures"]["fail"] == "unknown (no result field)"
+    v4 = next((samples / "reframe" / "perflogs").glob("reframe4*.log"))
+    (r,) = json.loads(run("inspect", "--json", v4).stdout)
+    assert (r["figures"]["pass"], r["figures"]["fail"]) == (6, 0)
+
+
+def test_inspect_mpip_says_app_time_is_summed_and_gives_per_task_times(samples):
+    from hpcvar.parsers import mpip
+
+    path = samples / "mpiP" / "mpiP-3.4.1_cori_milc_su3_rmd.128.16720.1.mpiP"
+    (r,) = json.loads(run("inspect", "--json", path).stdout)
+    tasks = mpip.read(path).tasks["app_time_s"]
+    f = r["figures"]
+    assert "sum over all tasks" in f["app_time_is"] and f["app_time_s"] == 42700.0
+    assert f["task_app_time_max_s"] == tasks.max() and f["task_app_time_mean_s"] == pytest.approx(tasks.mean())
+    # The aggregate is the tasks' sum to mpiP's 3 significant digits.
+    assert f["app_time_s"] == pytest.approx(tasks.sum(), rel=5e-3)
+
+
+def test_inspect_a_dataset_directory(campaign, tmp_path):
+    c = campaign("demo", 3, 2)
+    out = run("inspect", c.dataset)
+    assert out.returncode == 0, out.stdout + out.stderr
+    runs = pd.read_parquet(c.dataset / "runs")
+    assert out.stdout.startswith(f"{c.dataset}: dataset, {len(runs)} runs, {runs['start'].min().isoformat()} .. ")
+    (r,) = json.loads(run("inspect", "--json", c.dataset).stdout)
+    assert r["figures"]["datasets"] == runs["dataset"].nunique()
+    assert r["figures"]["steps_rows"] == len(pd.read_parquet(c.dataset / "steps"))
+    empty = tmp_path / "somewhere"
+    empty.mkdir()
+    out = run("inspect", empty)
+    assert out.returncode == 1 and "a directory, not a dataset" in out.stdout and "Errno" not in out.stdout

@@ -429,3 +429,21 @@ def test_hpcvar_salt_env_wins(tmp_path: Path, monkeypatch):
     monkeypatch.delenv("HPCVAR_SALT")
     assert load_salt(path) == b"from-file"
     assert os.listdir(tmp_path) == ["salt"]
+
+
+def test_summary_tells_slurm_failures_from_reframe_failures(tmp_path):
+    """A test that failed sanity ran a job Slurm COMPLETED: the summary says which failure is which."""
+    from hpcvar.summary import format_summary
+
+    ds = Dataset(tmp_path / "ds")
+    ds.add_quarantine([
+        {"run_id": "a", "kind": "failed-run", "state": "CANCELLED", "job_id": "1"},
+        {"run_id": "b", "kind": "failed-run", "state": "TIMEOUT", "job_id": "2"},
+        {"run_id": "c", "kind": "failed-run", "state": "COMPLETED", "job_id": "3", "reframe": "sanity failed"},
+        {"file": "x/sacct.txt", "line": 4, "error": "truncated", "kind": "bad-file"},
+    ])
+    text = format_summary(tmp_path / "ds")
+    assert ("Failed runs (not used as data): 3\n"
+            "  Slurm state not COMPLETED: 2 (CANCELLED: 1, TIMEOUT: 1)\n"
+            "  ReFrame test failed, Slurm COMPLETED: 1 (sanity failed: 1)\n"
+            "Quarantined files (bad input, see quarantine.jsonl): 1\n") in text

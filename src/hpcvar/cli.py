@@ -60,10 +60,23 @@ def cmd_collate(a) -> int:
     return 0
 
 
-def cmd_inspect(a) -> int:
+def inspect_path(path: str) -> dict:
+    """``parsers.inspect`` for a file; a dataset directory is described, any other one refused."""
+    from hpcvar.dataset import Dataset
     from hpcvar.parsers import inspect
 
-    results = [inspect(p) for p in a.files]
+    if not Path(path).is_dir():
+        return inspect(path)
+    ds = Dataset(path)
+    if ds.is_dataset():
+        return {"file": str(path), "ok": True, **ds.describe()}
+    return {"file": str(path), "ok": False,
+            "error": "a directory, not a dataset (no runs table): give the files in it (hpcvar inspect DIR/*) "
+                     "or a dataset directory that hpcvar collate wrote"}
+
+
+def cmd_inspect(a) -> int:
+    results = [inspect_path(p) for p in a.files]
     if a.json:
         print(json.dumps(results, indent=1, default=str))
     else:
@@ -72,7 +85,8 @@ def cmd_inspect(a) -> int:
                 print(f"{r['file']}: ERROR {r['error']}")
                 continue
             span = r.get("time_span")
-            print(f"{r['file']}: {r['kind']} (format {r.get('format_version') or '?'}), {r['records']} records"
+            fmt = "" if r["kind"] == "dataset" else f" (format {r.get('format_version') or '?'})"
+            print(f"{r['file']}: {r['kind']}{fmt}, {r['records']} {'runs' if r['kind'] == 'dataset' else 'records'}"
                   + (f", {span[0]} .. {span[1]}" if span else ""))
             for k, v in r.get("figures", {}).items():
                 print(f"    {k}: {v}")

@@ -63,6 +63,19 @@ class Dataset:
             return []
         return [json.loads(line) for line in q.read_text().splitlines() if line.strip()]
 
+    def is_dataset(self) -> bool:
+        """A directory ``hpcvar collate`` wrote (it has a runs table, or records a collation)."""
+        return bool(self.parts("runs")) or (self.path / COLLATED).exists()
+
+    def describe(self) -> dict:
+        """What ``hpcvar inspect DATASET_DIR`` shows: runs, their time span, rows per table."""
+        runs = self.read("runs")
+        span = [runs["start"].min().isoformat(), runs["end"].max().isoformat()] if len(runs) else None
+        rows = {name: sum(pq.ParquetFile(p).metadata.num_rows for p in self.parts(name)) for name in TABLES}
+        return {"kind": "dataset", "format_version": None, "records": len(runs), "time_span": span,
+                "figures": {"datasets": int(runs["dataset"].nunique()), **{f"{k}_rows": v for k, v in rows.items() if v},
+                            "quarantined": len(self.quarantine())}}
+
     # --- writing ----------------------------------------------------------------------
     def append(self, tables: dict[str, pd.DataFrame], origin: str = "") -> str | None:
         """Validate and add one round; returns the part name, or None if there was nothing new.

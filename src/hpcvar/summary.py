@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pandas as pd
 
 from hpcvar.dataset import Dataset
@@ -38,7 +40,22 @@ def format_summary(path) -> str:
     q = ds.quarantine()
     failed = [e for e in q if e.get("kind") == "failed-run"]
     bad = [e for e in q if e.get("kind") != "failed-run"]
-    lines += ["", f"Failed runs (Slurm state not COMPLETED, not used as data): {len(failed)}",
+    lines += ["", f"Failed runs (not used as data): {len(failed)}", *_failure_lines(failed),
               f"Quarantined files (bad input, see quarantine.jsonl): {len(bad)}"]
     lines += [f"  {e.get('file')}:{e.get('line') or ''} {e.get('error')}" for e in bad[:10]]
     return "\n".join(lines) + "\n"
+
+
+def _failure_lines(failed: list[dict]) -> list[str]:
+    """Why the runs failed: Slurm did not complete the job, or Slurm did and the ReFrame test
+    failed (sanity: wrong or missing output)."""
+    slurm = Counter(e.get("state") for e in failed if e.get("state") != "COMPLETED")
+    reframe = Counter(e.get("reframe") or "failed" for e in failed if e.get("state") == "COMPLETED")
+    lines = []
+    if slurm:
+        lines.append(f"  Slurm state not COMPLETED: {sum(slurm.values())} ("
+                     + ", ".join(f"{k}: {v}" for k, v in sorted(slurm.items(), key=str)) + ")")
+    if reframe:
+        lines.append(f"  ReFrame test failed, Slurm COMPLETED: {sum(reframe.values())} ("
+                     + ", ".join(f"{k}: {v}" for k, v in sorted(reframe.items())) + ")")
+    return lines

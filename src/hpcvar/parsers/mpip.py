@@ -138,7 +138,11 @@ def describe(path: str | Path) -> dict:
         "time_span": span,
         "figures": {
             "ntasks": report.ntasks,
+            # mpiP's aggregate ('*') row: the sum over all tasks, printed to 3 significant digits
             "app_time_s": report.app_time_s,
+            "app_time_is": "sum over all tasks (mpiP's '*' row, 3 significant digits)",
+            "task_app_time_max_s": _task_stat(report, "max"),
+            "task_app_time_mean_s": _task_stat(report, "mean"),
             "mpi_time_s": report.mpi_time_s,
             "mpi_pct": report.mpi_pct,
             "routines": len(report.routines),
@@ -147,6 +151,12 @@ def describe(path: str | Path) -> dict:
             "top_routine_time_s": None if top is None else float(top["time_s"]),
         },
     }
+
+
+def _task_stat(report: MpipReport, how: str) -> float | None:
+    """The slowest (``max``, about the job's wall time) or mean task's own AppTime."""
+    times = report.tasks["app_time_s"].dropna()
+    return float(getattr(times, how)()) if len(times) else None
 
 
 # --- reading -------------------------------------------------------------------------------

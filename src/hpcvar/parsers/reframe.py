@@ -112,6 +112,8 @@ def describe(path: str | Path) -> dict:
         kind = KIND_PERFLOG
     times = frame["time"].dropna()
     records = frame.drop_duplicates(RECORD_KEY)
+    # A 3.x perflog (or a 4.x one whose format has no %(check_result)s) does not say pass or fail.
+    known = records["result"].notna().any()
     return {
         "kind": kind,
         "format_version": version,
@@ -121,8 +123,8 @@ def describe(path: str | Path) -> dict:
             "tests": int(frame["test"].nunique()),
             "variables": int(frame["variable"].nunique()),
             "values": int(frame["value"].notna().sum()),
-            "pass": int((records["result"] == "pass").sum()),
-            "fail": int((records["result"] == "fail").sum()),
+            "pass": int((records["result"] == "pass").sum()) if known else "unknown (no result field)",
+            "fail": int((records["result"] == "fail").sum()) if known else "unknown (no result field)",
         },
     }
 
@@ -374,7 +376,9 @@ def _case_perf(path: Path, case: dict[str, Any], where: str) -> list[dict[str, A
                                    "thres_lower, thres_upper, unit") from None
     else:
         return []
-    return [_perf(var, _number(path, value, f"{where} {var} value", nullable=False), unit,
+    # A test that failed before its performance stage (sanity, run) has no values: one row each, NA.
+    failed = _RESULTS_3X.get(case.get("result"), case.get("result")) not in (None, "pass")
+    return [_perf(var, _number(path, value, f"{where} {var} value", nullable=failed), unit,
                   _number(path, ref, f"{where} {var} reference", nullable=True),
                   _number(path, lower, f"{where} {var} lower threshold", nullable=True),
                   _number(path, upper, f"{where} {var} upper threshold", nullable=True))

@@ -221,12 +221,13 @@ def _detect_layout(head_lines: list[str]) -> _Layout | None:
 
 
 def sniff(head: str, name: str) -> bool:
-    """True if ``head`` starts with a sacct header: ``JobID`` plus mostly known field names."""
+    """True if ``head`` starts with a sacct header: mostly known field names, with ``JobID`` or at
+    least three of them (a dump without JobID is still sacct's: reading it says what is missing)."""
     layout = _detect_layout([line.removesuffix("\r") for line in head.split("\n", 2)[:2]])
-    if layout is None or "JobID" not in layout.names:
+    if layout is None:
         return False
     known = sum(field in SACCT_FIELDS for field in layout.names)
-    return known * 2 >= len(layout.names)
+    return known * 2 >= len(layout.names) and ("JobID" in layout.names or known >= 3)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -527,7 +528,8 @@ def _parse(path: str | Path) -> tuple[pd.DataFrame, _Layout]:
                                "('JobID|JobName|State', any delimiter) or a default sacct table "
                                "(header, then a line of dashes)", 1)
     if "JobID" not in layout.names:
-        raise ParseError(path, f"header has no JobID field (fields: {', '.join(layout.names)})", 1)
+        raise ParseError(path, f"header has no JobID field (fields: {', '.join(layout.names)}); "
+                               "add JobID to sacct's --format", 1)
     duplicated = sorted({n for n in layout.names if layout.names.count(n) > 1})
     if duplicated:
         raise ParseError(path, f"header repeats field(s) {', '.join(duplicated)}", 1)

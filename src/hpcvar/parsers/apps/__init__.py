@@ -97,6 +97,10 @@ def describe(path: str | Path) -> dict:
         figures |= {"steps": len(out.steps), "total_s": out.total_s,
                     "mean_step_s": float(out.steps["duration_s"].mean()) if records else None}
     figures |= {name: value for name, value in out.checks.items() if isinstance(value, (int, float, str))}
+    if "problem" in out.steps and out.steps["problem"].nunique() > 1:
+        figures["mean_step_s"] = None  # the solves of different problems are no steps of one run
+        figures["note"] = (f"{out.steps['problem'].nunique()} different problems in one file: see the "
+                           "problem_N_ figures; one run per problem for a dataset")
     figures = {name: None if isinstance(value, float) and math.isnan(value) else value
                for name, value in figures.items()}
     return {"kind": KIND, "format_version": out.version, "records": records, "time_span": _time_span(out),

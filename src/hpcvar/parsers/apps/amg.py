@@ -14,7 +14,9 @@ when a phase *ends*, so a title line's timestamp is the end of that phase. What 
   timing block printed before it (the setup block, or ``IJ Vector Setup`` when no setup block
   is printed) to the solve title; ``reported_s`` is the solve's ``wall clock time``.
 
-Extra step columns: ``problem``, ``iterations``, ``final_residual``.
+Extra step columns: ``problem``, ``iterations``, ``final_residual``. ``checks`` carries the printed
+``Figure of Merit`` (``fom``); a file holding several problems gets ``problems`` and per-problem
+``problem_N_solve_s``, ``_iterations``, ``_setup_s`` and ``_fom`` instead.
 """
 
 from __future__ import annotations
@@ -42,6 +44,9 @@ _GRID = re.compile(r"\s*\(Px, Py, Pz\) = \((\d+), (\d+), (\d+)\)\s*")
 _SOLVER = re.compile(r"Solver: AMG-\w+\s*")
 _STEP_ITERATIONS = re.compile(r"(?:GMRES|PCG) Iterations = (\S+)\s*")
 _STEP_RESIDUAL = re.compile(r"Final (?:GMRES|PCG) Relative Residual Norm = (\S+)\s*")
+# "Figure of Merit (FOM): nnz_AP / (Setup Phase Time + 3 * Solve Phase Time) 6.481247e+08" (AMG2023),
+# "Figure of Merit (FOM_1): 9.020203e+07" (AMG2013): the figure is the last number on the line.
+_FOM = re.compile(r"Figure of Merit \(FOM\w*\):.*?(\S+)\s*")
 
 
 @dataclass
@@ -72,6 +77,7 @@ class _Run:
     time_steps: list[_TimeStep] = field(default_factory=list)
     last_title: Line | None = None
     in_setup_block: bool = False
+    fom: float | None = None
 
 
 def _titles(lines: Sequence[Line]) -> set[int]:
@@ -130,6 +136,8 @@ class _Reader:
             run.time_steps[-1].iterations += integer(self.path, line, match[1], "solver iterations")
         elif (match := _STEP_RESIDUAL.fullmatch(text)) and run.time_steps:
             run.time_steps[-1].residual = number(self.path, line, match[1], "residual norm")
+        elif match := _FOM.fullmatch(text):
+            run.fom = number(self.path, line, match[1], "figure of merit")
         elif solve is not None:
             self._solve_figure(solve, line)
 
@@ -190,6 +198,20 @@ def parse(path: str | Path, lines: Sequence[Line], timestamped: bool) -> AppOutp
         "setup_s": sum(run.setup_s for run in runs),
         "time_steps": sum(time_steps) if time_steps else None,
     }
+    problems = sorted({solve.problem for solve in solves})
+    if len(problems) == 1:
+        checks["fom"] = runs[-1].fom
+    else:
+        # One file, several benchmark problems (AMG2023's published runs: problem 1 with GMRES, then
+        # problem 2 with PCG): figures per problem; their solves are not time steps of one run.
+        checks["problems"] = ",".join(map(str, problems))
+        for problem in problems:
+            mine = [run for run in runs if run.solves[-1].problem == problem]
+            of = [solve for run in mine for solve in run.solves if solve.problem == problem]
+            checks |= {f"problem_{problem}_solve_s": sum(solve.wall_s for solve in of),
+                       f"problem_{problem}_iterations": sum(solve.iterations for solve in of),
+                       f"problem_{problem}_setup_s": sum(run.setup_s for run in mine),
+                       f"problem_{problem}_fom": mine[-1].fom if mine else None}
     nranks = {run.nranks for run in runs} - {None}
     return AppOutput(app=runs[0].app, version=None, nranks=max(nranks) if nranks else None,
                      timestamped=timestamped, steps=steps, total_s=sum(solve.wall_s for solve in solves),
