@@ -173,6 +173,22 @@ def cmd_import_reframe(a) -> int:
     return 1 if r.errors else 0
 
 
+def cmd_import_neighbourhood(a) -> int:
+    from hpcvar.anonymise import Pseudonymiser, load_salt
+    from hpcvar.neighbourhood_import import RefusedTables, import_tables
+    from hpcvar.schema import SchemaError
+
+    pseudo = Pseudonymiser(load_salt(a.salt_file) if a.anonymise else None, enabled=a.anonymise)
+    try:
+        r = import_tables(a.runs, a.neighbourhood, a.out, pseudo, system=a.system)
+    except (RefusedTables, SchemaError) as exc:
+        print(f"hpcvar import-neighbourhood: {exc}", file=sys.stderr)
+        return 2
+    print(f"imported {r['runs']} runs of {r['datasets']} datasets with {r['neighbourhood_rows']} neighbourhood rows "
+          f"into {a.out}")
+    return 0
+
+
 def cmd_sample(a) -> int:
     from hpcvar.sampler import run
 
@@ -388,6 +404,21 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--no-anonymise", dest="anonymise", action="store_false",
                    help="show user names as collated (only for private use; off by default)")
     s.set_defaults(func=cmd_report)
+
+    s = sub.add_parser("import-neighbourhood", help="per-run times and concurrent users (two CSV tables) into a "
+                                                    "dataset for the neighbourhood analysis",
+                       description="RUNS: run_id,dataset,total_time_s,start,end[,num_nodes,job_id,user]; "
+                                   "NEIGHBOURHOOD: run_id,user,num_nodes[,job_id], one row per concurrent user and "
+                                   "run. Bad rows are refused with file and line and nothing is written; user names "
+                                   "are pseudonymised as collation does.")
+    s.add_argument("runs", help="runs table (CSV)")
+    s.add_argument("neighbourhood", help="neighbourhood table (CSV)")
+    s.add_argument("--out", required=True, help="dataset directory (created, or appended to)")
+    s.add_argument("--system", default="imported", help="system name recorded with the runs (default: imported)")
+    s.add_argument("--salt-file", default=".hpcvar-salt", help="salt for user pseudonyms (created if absent)")
+    s.add_argument("--no-anonymise", dest="anonymise", action="store_false",
+                   help="keep user names as they are (only for private use; off by default)")
+    s.set_defaults(func=cmd_import_neighbourhood)
 
     s = sub.add_parser("import-reframe", help="turn ReFrame run reports into raw campaign run directories",
                        description="Each campaign test case of the JSON run reports (ReFrame's --report-file, "

@@ -46,6 +46,8 @@ def _c(name, type_, doc, nullable=True):
     return Column(name, type_, doc, nullable)
 
 
+_IMPORTED = " Null for runs imported from tables (hpcvar import-neighbourhood)."
+
 RUNS = Table(
     "runs",
     "One row per run of one of our datasets (one job).",
@@ -56,20 +58,23 @@ RUNS = Table(
         _c("app", pa.string(), "Application: amg, milc, minivite, umt, or a microbenchmark name.", False),
         _c("dataset", pa.string(), "Dataset = app + node count + input, e.g. `milc-128`.", False),
         _c("input", pa.string(), "Application input (command-line parameters or input deck)."),
-        _c("num_nodes", pa.int32(), "Nodes allocated to the run.", False),
-        _c("job_id", pa.string(), "Slurm job id.", False),
+        _c("num_nodes", pa.int32(), "Nodes allocated to the run. Null for runs imported from tables without a node "
+                                "count (hpcvar import-neighbourhood)."),
+        _c("job_id", pa.string(), "Slurm job id. Null for runs imported from tables without one (hpcvar "
+                                 "import-neighbourhood)."),
         _c("user", pa.string(), "Submitting user, pseudonymised (salted HMAC) unless anonymisation is off."),
         _c("submit", TS, "Job submit time (sacct Submit)."),
         _c("start", TS, "Job start time (sacct Start).", False),
         _c("end", TS, "Job end time (sacct End).", False),
         _c("total_time_s", pa.float64(), "Sum of per-step durations (the paper's run time t_r).", False),
         _c("elapsed_s", pa.float64(), "Wall time of the whole job from sacct Elapsed."),
-        _c("num_steps", pa.int32(), "Number of time steps recorded.", False),
-        _c("state", pa.string(), "Slurm state of the job (COMPLETED, FAILED, TIMEOUT, CANCELLED...).", False),
-        _c("node_list", pa.list_(pa.string()), "Expanded list of the job's nodes.", False),
-        _c("num_routers", pa.int32(), "Distinct routers the job's nodes attach to (NUM_ROUTERS).", False),
-        _c("num_groups", pa.int32(), "Distinct dragonfly groups of the job's nodes (NUM_GROUPS).", False),
-        _c("locality", pa.string(), "Placement class: single-router, single-group, min-groups, fragmented.", False),
+        _c("num_steps", pa.int32(), "Number of time steps recorded." + _IMPORTED),
+        _c("state", pa.string(), "Slurm state of the job (COMPLETED, FAILED, TIMEOUT, CANCELLED...)." + _IMPORTED),
+        _c("node_list", pa.list_(pa.string()), "Expanded list of the job's nodes." + _IMPORTED),
+        _c("num_routers", pa.int32(), "Distinct routers the job's nodes attach to (NUM_ROUTERS)." + _IMPORTED),
+        _c("num_groups", pa.int32(), "Distinct dragonfly groups of the job's nodes (NUM_GROUPS)." + _IMPORTED),
+        _c("locality", pa.string(), "Placement class: single-router, single-group, min-groups, fragmented."
+                                    + _IMPORTED),
         _c("locality_dfplus", pa.string(), "Dragonfly+ locality class: same-group, same-island (several groups of one "
                                            "island) or different-islands; without islands in the topology every group "
                                            "is its own island, so same-island cannot occur. Null only in parts "
@@ -149,15 +154,16 @@ MPI_PROFILE = Table(
 NEIGHBOURHOOD = Table(
     "neighbourhood",
     "Every other job whose execution overlapped a run (from sacct of all users).",
-    ("run_id", "job_id"),
+    ("run_id", "job_id", "user"),
     (
         _c("run_id", pa.string(), "Run identifier.", False),
-        _c("job_id", pa.string(), "The other job's Slurm id.", False),
+        _c("job_id", pa.string(), "The other job's Slurm id; null in rows imported from a table of users and "
+                                  "node counts (hpcvar import-neighbourhood: one row per user and run)."),
         _c("user", pa.string(), "The other job's user, pseudonymised unless anonymisation is off.", False),
         _c("num_nodes", pa.int32(), "The other job's node count.", False),
-        _c("overlap_s", pa.float64(), "Seconds both jobs were running.", False),
-        _c("shared_groups", pa.int32(), "Dragonfly groups holding nodes of both jobs.", False),
-        _c("shared_routers", pa.int32(), "Routers serving nodes of both jobs.", False),
+        _c("overlap_s", pa.float64(), "Seconds both jobs were running." + _IMPORTED),
+        _c("shared_groups", pa.int32(), "Dragonfly groups holding nodes of both jobs." + _IMPORTED),
+        _c("shared_routers", pa.int32(), "Routers serving nodes of both jobs." + _IMPORTED),
         _c("start", TS, "The other job's start (sacct Start); null only in parts collated before the column "
                         "existed."),
         _c("end", TS, "The other job's end (sacct End); null while it was still running when sacct was asked, "

@@ -21,7 +21,7 @@ def dataset_summary(path) -> pd.DataFrame:
         "mean_s": g["total_time_s"].mean(),
         "min_s": g["total_time_s"].min(),
         "max_s": g["total_time_s"].max(),
-        "steps": g["num_steps"].median().astype(int),
+        "steps": g["num_steps"].median().round().astype("Int64"),  # NA for runs imported without steps
         "first": g["start"].min().dt.strftime("%Y-%m-%d"),
         "last": g["start"].max().dt.strftime("%Y-%m-%d"),
     })

@@ -198,7 +198,9 @@ class Builder:
             runs = self.runs[self.runs["dataset"] == name]
             st = steps[steps["run_id"].isin(runs["run_id"])]
             part = Part(name)
-            text = (f"{len(runs)} runs of {runs['app'].iloc[0]} on {int(runs['num_nodes'].iloc[0])} nodes took "
+            nodes = runs["num_nodes"].iloc[0]
+            on = f" on {int(nodes)} nodes" if pd.notna(nodes) else ""
+            text = (f"{len(runs)} runs of {runs['app'].iloc[0]}{on} took "
                     f"{table.loc[name, 'min_s']:,.0f} s to {table.loc[name, 'max_s']:,.0f} s: the slowest run "
                     f"took {table.loc[name, 'slowest_fastest']:.2f}x as long as the fastest. ")
             if len(st):
@@ -381,6 +383,8 @@ class Builder:
         parts = []
         for name in self.names:
             runs = self.runs[self.runs["dataset"] == name]
+            if runs["num_groups"].isna().all():
+                continue  # runs imported from tables (hpcvar import-neighbourhood): nodes unknown
             path, st = F.placement(runs, name, self.path("placement", name, "placement"))
             loc = ", ".join(f"{c}: {v['runs']} runs, median {v['median_s']:,.0f} s" for c, v in st["locality"].items())
             parts.append(Part(name, figures=[self.figure("placement", name, "placement", "Run time vs placement",
@@ -388,11 +392,15 @@ class Builder:
                               reading=(f"Correlation of run time with the groups spanned r = {st['r_num_groups']:.2f}, "
                                        f"with the routers spanned r = {st['r_num_routers']:.2f}. By locality class: "
                                        f"{loc}.")))
-        return Section("placement", "Placement: where the job's nodes were", (
+        sec = Section("placement", "Placement: where the job's nodes were", (
             "Whether a run was slow because of where Slurm placed it: run time against the number of dragonfly "
             "groups and routers the job spanned, and per locality class (one router, one group, the fewest groups "
             "that can hold the job, or fragmented). A weak correlation here with strong neighbourhood or counter "
             "signals means the slowdown came from other jobs' traffic, not from the job's own spread."), parts)
+        if not parts:
+            sec.empty = ("No data: no run has a node list (runs imported from tables with hpcvar "
+                         "import-neighbourhood have none).")
+        return sec
 
     def background(self) -> Section:
         sec = Section("background", "Background traffic and locality")
