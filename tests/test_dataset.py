@@ -239,8 +239,8 @@ def test_child_rows_for_a_run_not_in_this_round(tmp_path: Path):
 def test_schema_error_in_one_table_writes_no_table(tmp_path: Path):
     ds = Dataset(tmp_path / "ds")
     t = _round(1)
-    t["neighbourhood"] = t["neighbourhood"].drop(columns="overlap_s")
-    with pytest.raises(SchemaError, match=r"neighbourhood: missing required columns \['overlap_s'\]"):
+    t["neighbourhood"] = t["neighbourhood"].drop(columns="num_nodes")
+    with pytest.raises(SchemaError, match=r"neighbourhood: missing required columns \['num_nodes'\]"):
         ds.append(t)
     assert not (tmp_path / "ds").exists()
 

@@ -92,6 +92,7 @@ def test_user_names_are_pseudonymised_on_import(tmp_path):
     assert runs.loc["r2", "start"] == pd.Timestamp("2024-03-01T10:00:00Z")
     assert (runs.loc["r1", "app"], runs.loc["r1", "num_nodes"], runs.loc["r1", "system"]) == ("milc", 128, "imported")
     assert pd.isna(runs.loc["r1", "num_steps"]) and pd.isna(runs.loc["r1", "job_id"])
+    assert (neigh["job_id"] == "*").all()  # one row per user and run: all their jobs alongside it
     kept = run("import-neighbourhood", tmp_path / "runs.csv", tmp_path / "neigh.csv", "--out", tmp_path / "named",
                "--no-anonymise")
     assert kept.returncode == 0 and set(Dataset(tmp_path / "named").read("neighbourhood")["user"]) == {"alice", "bob"}

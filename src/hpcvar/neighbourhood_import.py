@@ -7,8 +7,9 @@ two such plain CSV tables:
 
 * runs: ``run_id,dataset,total_time_s,start,end`` (optional: ``num_nodes``, ``job_id``, ``user``);
   times in ISO 8601, UTC unless they carry an offset;
-* neighbourhood: ``run_id,user,num_nodes``, one row per concurrent user and run (optional:
-  ``job_id``, then one row per job).
+* neighbourhood: ``run_id,user,num_nodes``, one row per concurrent user and run, stored with
+  job_id ``*`` (all the user's jobs alongside the run); with the optional ``job_id`` column, one
+  row per job.
 
 User names are pseudonymised as collation does. Every bad row (an unknown run, a negative node
 count, a time that does not parse, a repeated key, a missing field) is reported with its file and
@@ -33,6 +34,8 @@ RUN_FIELDS = ("run_id", "dataset", "total_time_s", "start", "end")
 RUN_OPTIONAL = ("num_nodes", "job_id", "user")
 NEIGHBOUR_FIELDS = ("run_id", "user", "num_nodes")
 NEIGHBOUR_OPTIONAL = ("job_id",)
+#: job_id of a row that stands for all of a user's jobs alongside a run (tables without job_id).
+ALL_JOBS = "*"
 
 
 class RefusedTables(ValueError):
@@ -149,7 +152,8 @@ def read_tables(runs_csv: str | Path, neighbourhood_csv: str | Path,
         if None in (run_id, user, nodes):
             continue
         keys[key] = line
-        neigh.append({"run_id": run_id, "job_id": job, "user": pseudonymise.ensure(user), "num_nodes": nodes})
+        neigh.append({"run_id": run_id, "job_id": job or ALL_JOBS, "user": pseudonymise.ensure(user),
+                      "num_nodes": nodes})
     errors = runs_in.errors + neigh_in.errors
     if errors:
         raise RefusedTables(errors)

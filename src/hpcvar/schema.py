@@ -157,8 +157,9 @@ NEIGHBOURHOOD = Table(
     ("run_id", "job_id", "user"),
     (
         _c("run_id", pa.string(), "Run identifier.", False),
-        _c("job_id", pa.string(), "The other job's Slurm id; null in rows imported from a table of users and "
-                                  "node counts (hpcvar import-neighbourhood: one row per user and run)."),
+        _c("job_id", pa.string(), "The other job's Slurm id; `*` in rows imported from a table of users and node "
+                                  "counts (hpcvar import-neighbourhood): all the user's jobs alongside the run, "
+                                  "their nodes summed.", False),
         _c("user", pa.string(), "The other job's user, pseudonymised unless anonymisation is off.", False),
         _c("num_nodes", pa.int32(), "The other job's node count.", False),
         _c("overlap_s", pa.float64(), "Seconds both jobs were running." + _IMPORTED),
