@@ -35,7 +35,8 @@ def ranking(runs: pd.DataFrame, neigh: pd.DataFrame, threshold_nodes: int, tau: 
     user who never had one). The Pearson ranking (the Perlmutter/Frontier study) correlates run
     time with every user's concurrently allocated nodes, all job sizes, 0 when absent: ``nodes_r``,
     ``nodes_p``, ``rank_r`` (by |r|), over every user, with ``runs_alongside`` (runs with any job of
-    theirs). Ties are broken by co-occurrence, then by user name, so the order is reproducible.
+    theirs). Ties are broken by how often the user was there (``cooccurrence`` for MI,
+    ``runs_alongside`` for Pearson), then by user name, so the order is reproducible.
     Rows: MI-ranked users first (by ``rank_mi``), then the others by ``rank_r``.
     """
     cols = ["user", "mi", "rank_mi", "cooccurrence", "share_of_runs", "mean_time_with_s", "mean_time_without_s",
