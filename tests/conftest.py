@@ -57,6 +57,29 @@ def _samples_dir() -> Path:
 
 
 SAMPLES = _samples_dir()
+#: The source mirror the application builds read (../shared/sources/SOURCES.md), never the network.
+SOURCE_MIRROR = Path(os.environ.get("HPCVAR_SOURCE_MIRROR") or REPO.parent / "shared" / "sources")
+
+
+def lines_of(path: Path) -> list[str]:
+    """A captured output's lines (without line ends), to cut or edit in a test."""
+    return path.read_text().splitlines()
+
+
+def write_lines(tmp_path: Path, lines: list[str], name: str = "app.out") -> Path:
+    path = tmp_path / name
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def parse_error(path: Path):
+    """The ParseError hpcvar's application-output reader raises for ``path``."""
+    from hpcvar.parsers import apps
+    from hpcvar.parsers.errors import ParseError
+
+    with pytest.raises(ParseError) as info:
+        apps.read(path)
+    return info.value
 
 
 @pytest.fixture(scope="session")
@@ -103,6 +126,14 @@ def build_once(tmp_path_factory, name: str, build) -> Path:
             build(target)
             done.touch()
     return target
+
+
+def build_cache(tmp_path_factory) -> Path:
+    """The ReFrame suite's build cache (``HPCVAR_BUILD_CACHE``) of this test session, shared by
+    every worker: each application is built once (under a lock), whichever ReFrame run asks first."""
+    path = shared_dir(tmp_path_factory) / "build-cache"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 @pytest.fixture(scope="session")

@@ -2,8 +2,9 @@
 
 No Apptainer and no network here: the recipes are parsed (spython) and checked for structure and
 for agreement with reframe_tests/apps/sources.yaml (the one source of truth), the build scripts
-are syntax-checked (and linted when shellcheck is installed), and fetch.sh is run for real against
-git repositories and a tarball created in the test.
+are syntax-checked (and linted when shellcheck is installed), fetch.sh is run for real against
+git repositories, tarballs and source mirrors created in the test, and every pin is checked to
+resolve in the source mirror (../shared/sources: the archive exists and has the pinned sha256).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import pytest
 import yaml
 from spython.main.parse.parsers import SingularityParser
 
+from conftest import SOURCE_MIRROR
+
 REPO = Path(__file__).resolve().parents[1]
 APPS_DIR = REPO / "reframe_tests" / "apps"
 SOURCES = APPS_DIR / "sources.yaml"
@@ -28,8 +31,10 @@ FETCH = BUILD / "fetch.sh"
 CONTAINERS = REPO / "containers"
 
 APPS = ["amg2013", "amg2023", "milc", "minivite", "umt"]
+#: Not applications: the profiler the app tests preload and the MPI benchmark of reference.
+TOOLS = {"mpip": "lib/libmpiP.so", "imb": "bin/IMB-MPI1"}
 EXECUTABLES = {"amg2013": "amg", "amg2023": "amg", "milc": "su3_rmd", "minivite": "miniVite",
-               "umt": "test_driver"}
+               "umt": "SuOlsonTest"}
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
 TAG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 BRANCHES = {"master", "main", "develop", "devel", "trunk", "HEAD"}
@@ -80,8 +85,8 @@ def labels_of(recipe) -> dict[str, str]:
 
 # ----------------------------------------------------------------------------- sources.yaml
 
-def test_sources_has_every_app_and_nothing_else():
-    assert sorted(load_sources()) == sorted(APPS)
+def test_sources_has_every_app_and_tool_and_nothing_else():
+    assert sorted(load_sources()) == sorted([*APPS, *TOOLS])
 
 
 @pytest.mark.parametrize("name,entry", list(entries()), ids=[n for n, _ in entries()])
@@ -105,6 +110,11 @@ def test_sources_entry_is_pinned(name, entry):
         assert "tarball" in entry
     assert entry["spack"]
     assert entry["verified"].strip()
+    assert HEX40.match(entry["commit"]), f"{name}: commit must be the full hash `ref` resolves to"
+    if HEX40.match(ref):
+        assert entry["commit"] == ref
+    assert re.fullmatch(r"[A-Za-z0-9._+-]+\.tar\.gz", entry["mirror"])
+    assert re.fullmatch(r"[0-9a-f]{64}", entry["mirror_sha256"])
     text = yaml.safe_dump(entry)
     assert "TODO" not in text and "FIXME" not in text and "XXX" not in text
 
@@ -127,10 +137,31 @@ def test_table_one_inputs_are_recorded():
     assert "custom_8k.cmg" in sources["umt"]["inputs"]
 
 
-def test_amg2023_and_umt_pin_their_dependencies():
+def test_only_amg2023_has_a_dependency():
     sources = load_sources()
     assert set(sources["amg2023"]["deps"]) == {"hypre"}
-    assert set(sources["umt"]["deps"]) == {"conduit"}
+    assert [name for name, entry in sources.items() if entry.get("deps")] == ["amg2023"]
+
+
+def _mirror_index() -> dict[str, tuple[str, str]]:
+    """archive -> (commit, sha256) from the mirror's SOURCES.md (its table and its sha256 block)."""
+    text = (SOURCE_MIRROR / "SOURCES.md").read_text()
+    commits = {m[1]: m[2] for m in re.finditer(r"^\| (\S+\.tar\.gz) \|[^|]*\|[^|]*\| ([0-9a-f]{40}) \|", text, re.M)}
+    sums = {m[2]: m[1] for m in re.finditer(r"^([0-9a-f]{64})  (\S+\.tar\.gz)$", text, re.M)}
+    return {name: (commits.get(name), sums.get(name)) for name in commits.keys() | sums.keys()}
+
+
+@pytest.mark.parametrize("name,entry", list(entries()), ids=[n for n, _ in entries()])
+def test_every_pin_resolves_in_the_source_mirror(name, entry):
+    if not SOURCE_MIRROR.is_dir():
+        pytest.fail(f"source mirror not found at {SOURCE_MIRROR}; set HPCVAR_SOURCE_MIRROR")
+    archive = SOURCE_MIRROR / entry["mirror"]
+    assert archive.is_file(), f"{name}: {entry['mirror']} is not in the mirror"
+    assert hashlib.sha256(archive.read_bytes()).hexdigest() == entry["mirror_sha256"]
+    commit, digest = _mirror_index()[entry["mirror"]]
+    assert (commit, digest) == (entry["commit"], entry["mirror_sha256"]), "sources.yaml and SOURCES.md disagree"
+    with tarfile.open(archive) as tar:  # one top-level folder named like the archive
+        assert {m.name.split("/")[0] for m in tar.getmembers()} == {entry["mirror"].removesuffix(".tar.gz")}
 
 
 # ----------------------------------------------------------------------------- build scripts
@@ -139,8 +170,8 @@ def build_scripts() -> list[Path]:
     return sorted(BUILD.glob("*.sh"))
 
 
-def test_one_build_script_per_app_plus_fetch():
-    assert {p.name for p in build_scripts()} == {f"{app}.sh" for app in APPS} | {"fetch.sh"}
+def test_one_build_script_per_app_and_tool_plus_fetch():
+    assert {p.name for p in build_scripts()} == {f"{app}.sh" for app in [*APPS, *TOOLS]} | {"fetch.sh"}
 
 
 @pytest.mark.parametrize("script", build_scripts(), ids=lambda p: p.name)
@@ -159,13 +190,15 @@ def test_build_scripts_shellcheck():
     subprocess.run(["shellcheck", *map(str, build_scripts())], check=True)
 
 
-@pytest.mark.parametrize("app", APPS)
+@pytest.mark.parametrize("app", [*APPS, *TOOLS])
 def test_build_script_contract(app):
-    """Usage SRC_DIR PREFIX, compilers and jobs from the environment, installs into PREFIX/bin."""
+    """Usage SRC_DIR PREFIX, compilers and jobs from the environment, installs into PREFIX/bin
+    (PREFIX/lib for mpiP's library)."""
     text = (BUILD / f"{app}.sh").read_text()
     assert "${MAKE_JOBS:-4}" in text
     assert "${MPICC:-mpicc}" in text or "${MPICXX:-mpicxx}" in text
-    assert f'"$PREFIX/bin/{EXECUTABLES[app]}"' in text
+    installed = TOOLS.get(app) or f"bin/{EXECUTABLES[app]}"
+    assert f'"$PREFIX/{installed}"' in text
     usage = subprocess.run(["bash", str(BUILD / f"{app}.sh")], capture_output=True, text=True)
     assert usage.returncode == 2 and "usage:" in usage.stderr and "SRC_DIR PREFIX" in usage.stderr
 
@@ -442,3 +475,104 @@ def test_fetch_parsers_agree_on_the_real_sources(tmp_path):
             if field in entry:
                 expected = str(entry[field]).lower() if isinstance(entry[field], bool) else str(entry[field])
                 assert flat["awk"][f"{prefix}.{field}"] == expected, (name, field)
+
+
+# ----------------------------------------------------------------------------- the source mirror
+
+def _archive(tree: Path, top: str, out: Path) -> str:
+    """tar.gz of ``tree`` under one folder ``top`` (as the mirror's archives are); its sha256."""
+    with tarfile.open(out, "w:gz") as tar:
+        tar.add(tree, arcname=top, filter=lambda m: None if m.name.endswith("/.git") or "/.git/" in m.name else m)
+    return hashlib.sha256(out.read_bytes()).hexdigest()
+
+
+def _mirror_sources(tmp_path, git_url, commit, digest, name="fake-1.0.tar.gz"):
+    return write_sources(tmp_path / "sources.yaml", f"""\
+fake:
+  version: "1.0"
+  git: {git_url}
+  ref: v1.0
+  tag: v1.0
+  commit: {commit}
+  mirror: {name}
+  mirror_sha256: "{digest}"
+""")
+
+
+@pytest.mark.parametrize("parser", ["python", "awk"])
+def test_fetch_takes_the_mirror_archive_without_network(tmp_path, upstream, parser):
+    repo, tagged, _ = upstream
+    git("checkout", "-q", "v1.0", cwd=repo)
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    digest = _archive(repo, "fake-1.0", mirror / "fake-1.0.tar.gz")
+    # The git URL leads nowhere: only the mirror can provide the tree.
+    sources = _mirror_sources(tmp_path, "https://example.invalid/fake.git", tagged, digest)
+    dest = tmp_path / "src"
+    res = run_fetch("fake", dest, sources, HPCVAR_SOURCE_MIRROR=str(mirror), HPCVAR_YAML_PARSER=parser)
+    assert res.returncode == 0, res.stderr
+    assert (dest / "VERSION").read_text() == "1.0\n"
+    assert (dest / ".hpcvar-source").read_text() == (
+        f"fake 1.0 https://example.invalid/fake.git {tagged} mirror:fake-1.0.tar.gz sha256:{digest}\n")
+    assert "from the source mirror" in res.stdout
+    again = run_fetch("fake", dest, sources, HPCVAR_SOURCE_MIRROR=str(mirror), HPCVAR_YAML_PARSER=parser)
+    assert again.returncode == 0 and "already fetched" in again.stdout
+
+
+def test_fetch_refuses_a_mirror_archive_with_another_sum(tmp_path, upstream):
+    repo, tagged, _ = upstream
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    actual = _archive(repo, "fake-1.0", mirror / "fake-1.0.tar.gz")
+    pinned = "ab" * 32
+    sources = _mirror_sources(tmp_path, str(repo), tagged, pinned)
+    res = run_fetch("fake", tmp_path / "src", sources, HPCVAR_SOURCE_MIRROR=str(mirror))
+    assert res.returncode != 0
+    assert str(mirror / "fake-1.0.tar.gz") in res.stderr and actual in res.stderr and pinned in res.stderr
+    assert not (tmp_path / "src" / ".hpcvar-source").exists()
+    assert not (tmp_path / "src" / "VERSION").exists()
+
+
+def test_fetch_falls_back_to_upstream_when_the_mirror_lacks_the_archive(tmp_path, upstream):
+    repo, tagged, _ = upstream
+    (tmp_path / "mirror").mkdir()
+    sources = _mirror_sources(tmp_path, str(repo), tagged, "cd" * 32)
+    res = run_fetch("fake", tmp_path / "src", sources, HPCVAR_SOURCE_MIRROR=str(tmp_path / "mirror"))
+    assert res.returncode == 0, res.stderr
+    assert "fake-1.0.tar.gz is not in the source mirror" in res.stdout and "falling back to upstream" in res.stdout
+    assert (tmp_path / "src" / ".hpcvar-source").read_text() == f"fake 1.0 {repo} {tagged}\n"
+
+
+def test_fetch_without_mirror_and_network_fails_clearly(tmp_path, upstream):
+    _, tagged, _ = upstream
+    (tmp_path / "mirror").mkdir()
+    sources = _mirror_sources(tmp_path, str(tmp_path / "no-such-upstream"), tagged, "cd" * 32)
+    res = run_fetch("fake", tmp_path / "src", sources, HPCVAR_SOURCE_MIRROR=str(tmp_path / "mirror"))
+    assert res.returncode != 0
+    assert "git clone" in res.stderr and "failed" in res.stderr and "HPCVAR_SOURCE_MIRROR" in res.stderr
+
+
+def test_mirror_mode_fills_a_mirror_reproducibly(tmp_path, upstream):
+    repo, tagged, _ = upstream
+    sources = _mirror_sources(tmp_path, str(repo), tagged, "0" * 64)
+    made = {}
+    for name in ("a", "b"):
+        res = subprocess.run(["sh", str(FETCH), "--mirror", str(tmp_path / name)], capture_output=True, text=True,
+                             env={**os.environ, "HPCVAR_SOURCES": str(sources), "GIT_CONFIG_GLOBAL": os.devnull})
+        assert res.returncode == 0, res.stderr
+        archive = tmp_path / name / "fake-1.0.tar.gz"
+        made[name] = archive.read_bytes()
+        digest = hashlib.sha256(made[name]).hexdigest()
+        assert f"sha256 {digest}; sources.yaml pins {'0' * 64}" in res.stdout
+    assert made["a"] == made["b"]  # sorted entries, fixed mtime and owner, gzip -n
+    with tarfile.open(tmp_path / "a" / "fake-1.0.tar.gz") as tar:
+        names = tar.getnames()
+    assert "fake-1.0/VERSION" in names and not any("/.git" in n for n in names)
+    # Pinned with that sum, the mirror is used as such, and a second fill keeps the archive.
+    pinned = _mirror_sources(tmp_path, "https://example.invalid/fake.git", tagged, digest)
+    res = run_fetch("fake", tmp_path / "src", pinned, HPCVAR_SOURCE_MIRROR=str(tmp_path / "a"))
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "src" / "VERSION").read_text() == "1.0\n"
+    again = subprocess.run(["sh", str(FETCH), "--mirror", str(tmp_path / "a")], capture_output=True, text=True,
+                           env={**os.environ, "HPCVAR_SOURCES": str(pinned)})
+    assert again.returncode == 0 and "already in the mirror" in again.stdout

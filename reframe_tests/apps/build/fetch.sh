@@ -1,8 +1,21 @@
 #!/bin/sh
 # fetch.sh APP DEST -- fetch the pinned upstream source of APP (an entry of sources.yaml) into
 # DEST and record its provenance in DEST/.hpcvar-source, one line:
-#     <app> <version> <git url> <commit>            (git fetch)
-#     <app> <version> <tarball url> sha256:<hex>    (tarball fetch)
+#     <app> <version> <git url> <commit>                                 (git fetch)
+#     <app> <version> <tarball url> sha256:<hex>                         (tarball fetch)
+#     <app> <version> <git url> <commit> mirror:<archive> sha256:<hex>   (from the source mirror)
+#
+# fetch.sh --mirror DIR [APP...] -- fill a source mirror DIR from upstream (on a machine with
+# internet, for air-gapped sites): for every entry with a `mirror` archive name (all apps and
+# their dependencies, or the APPs given), clone the pinned commit (with submodules when the
+# entry says so) and write DIR/<archive> (a tar.gz with one top-level folder named like the
+# archive, reproducible: sorted entries, mtime 2020-01-01, owner 0, gzip -n) and print its
+# sha256 beside the pinned `mirror_sha256`. Existing archives with the pinned sum are kept.
+#
+# Source mirror (the way Spack mirrors work): when HPCVAR_SOURCE_MIRROR names a directory and
+# the entry has `mirror: <archive>`, the archive is taken from there instead of the network;
+# its sha256 must equal the entry's `mirror_sha256` (a differing archive is refused, naming
+# both sums). An archive missing from the mirror falls back to the upstream fetch, saying so.
 #
 # APP is an application (amg2013, amg2023, milc, minivite, umt) or APP/DEP for one of its
 # dependencies (amg2023/hypre, umt/conduit). Fetching an application also fetches its
@@ -10,6 +23,7 @@
 # scripts look for them there.
 #
 # Environment:
+#   HPCVAR_SOURCE_MIRROR directory of mirror archives to use before any network fetch
 #   HPCVAR_SOURCES       sources.yaml to read (default: ../sources.yaml next to this script,
 #                        then ./sources.yaml next to it, then /opt/hpcvar/sources.yaml)
 #   HPCVAR_FETCH_METHOD  git | tarball: override the entry's `fetch` (default git)
@@ -26,12 +40,21 @@ prog=fetch.sh
 say() { printf '[hpcvar-fetch] %s\n' "$*"; }
 die() { printf '[hpcvar-fetch] error: %s\n' "$*" >&2; exit 1; }
 
-if [ "$#" -ne 2 ]; then
-    printf 'usage: %s APP[/DEP] DEST\n' "$prog" >&2
+MODE=fetch
+if [ "${1:-}" = --mirror ]; then
+    [ "$#" -ge 2 ] || { printf 'usage: %s --mirror DIR [APP...]\n' "$prog" >&2; exit 2; }
+    MODE=mirror
+    MIRROR_OUT=$2
+    shift 2
+    APP=
+    DEST=
+elif [ "$#" -ne 2 ]; then
+    printf 'usage: %s APP[/DEP] DEST\n       %s --mirror DIR [APP...]\n' "$prog" "$prog" >&2
     exit 2
+else
+    APP=$1
+    DEST=$2
 fi
-APP=$1
-DEST=$2
 
 script_dir=$(CDPATH='' cd -- "$(dirname -- "$0")" && pwd)
 
@@ -144,6 +167,16 @@ case $parser in
     *) die "HPCVAR_YAML_PARSER must be python or awk, not '$parser'" ;;
 esac
 
+sha256_of() {  # sha256_of FILE -> hex digest
+    if command -v sha256sum >/dev/null 2>&1; then
+        sha256sum "$1" | awk '{print $1}'
+    elif command -v shasum >/dev/null 2>&1; then
+        shasum -a 256 "$1" | awk '{print $1}'
+    else
+        die "neither sha256sum nor shasum found"
+    fi
+}
+
 get() {  # get KEY -> value of APP's KEY (empty if absent)
     awk -F '\t' -v k="$entry.$1" '$1 == k { print substr($0, length($1) + 2); exit }' "$FLAT"
 }
@@ -166,9 +199,20 @@ fetch_one() {  # fetch_one NAME DEST  (NAME: app or app/dep)
     tarball=$(get tarball)
     sha256=$(get sha256)
     submodules=$(get submodules)
+    commit_pin=$(get commit)
+    mirror=$(get mirror)
+    mirror_sha256=$(get mirror_sha256)
     method=${HPCVAR_FETCH_METHOD:-$(get fetch)}
     [ -n "$method" ] || method=git
     [ -n "$version" ] || die "$name: no version in $SOURCES"
+    if [ -n "${HPCVAR_SOURCE_MIRROR:-}" ] && [ -n "$mirror" ]; then
+        [ -d "$HPCVAR_SOURCE_MIRROR" ] || die "HPCVAR_SOURCE_MIRROR=$HPCVAR_SOURCE_MIRROR is not a directory"
+        if [ -f "$HPCVAR_SOURCE_MIRROR/$mirror" ]; then
+            method=mirror
+        else
+            say "$name: $mirror is not in the source mirror $HPCVAR_SOURCE_MIRROR; falling back to upstream"
+        fi
+    fi
 
     case $method in
         git)
@@ -179,19 +223,26 @@ fetch_one() {  # fetch_one NAME DEST  (NAME: app or app/dep)
             [ -n "$tarball" ] || die "$name: fetch method tarball but no tarball in $SOURCES"
             [ -n "$sha256" ] || die "$name: tarball without sha256 in $SOURCES"
             src_url=$tarball ;;
+        mirror)
+            [ -n "$git_url" ] || die "$name: no git URL in $SOURCES"
+            [ -n "$commit_pin" ] || die "$name: mirror archive $mirror but no commit in $SOURCES"
+            [ -n "$mirror_sha256" ] || die "$name: mirror archive $mirror but no mirror_sha256 in $SOURCES"
+            src_url=$git_url ;;
         *) die "$name: unknown fetch method '$method' (git or tarball)" ;;
     esac
 
     if [ -d "$dest" ] && [ -n "$(ls -A "$dest" 2>/dev/null)" ]; then
         if [ -f "$dest/.hpcvar-source" ]; then
-            r_app='' r_version='' r_url='' r_id=''
-            read -r r_app r_version r_url r_id <"$dest/.hpcvar-source" || true
+            r_app='' r_version='' r_url='' r_id='' r_rest=''
+            read -r r_app r_version r_url r_id r_rest <"$dest/.hpcvar-source" || true
             if [ "$r_app" = "$name" ] && [ "$r_version" = "$version" ] && [ "$r_url" = "$src_url" ]; then
                 case $method in
                     git)
                         if printf '%s' "$ref" | grep -Eq '^[0-9a-f]{40}$' && [ "$r_id" != "$ref" ]; then
                             die "$dest holds $name at $r_id, sources.yaml pins $ref"
                         fi ;;
+                    mirror)
+                        [ "$r_id" = "$commit_pin" ] || die "$dest holds $name at $r_id, sources.yaml pins $commit_pin" ;;
                     tarball)
                         [ "$r_id" = "sha256:$sha256" ] || die "$dest holds $name with $r_id, sources.yaml pins sha256:$sha256" ;;
                 esac
@@ -203,10 +254,19 @@ fetch_one() {  # fetch_one NAME DEST  (NAME: app or app/dep)
     fi
     mkdir -p "$dest"
 
-    if [ "$method" = git ]; then
+    if [ "$method" = mirror ]; then
+        archive=$HPCVAR_SOURCE_MIRROR/$mirror
+        actual=$(sha256_of "$archive")
+        [ "$actual" = "$mirror_sha256" ] \
+            || die "$name: sha256 mismatch for mirror archive $archive: the archive has $actual, sources.yaml pins $mirror_sha256 (archive refused)"
+        say "$name $version: from the source mirror: $archive (sha256 $actual OK, upstream commit $commit_pin)"
+        tar -xzf "$archive" -C "$dest" --strip-components=1 || die "$name: could not unpack $archive"
+        record="$name $version $git_url $commit_pin mirror:$mirror sha256:$actual"
+    elif [ "$method" = git ]; then
         command -v git >/dev/null 2>&1 || die "git not found"
         say "$name $version: git clone $git_url -> $dest"
-        git clone --quiet --no-checkout -- "$git_url" "$dest"
+        git clone --quiet --no-checkout -- "$git_url" "$dest" \
+            || die "$name: git clone $git_url failed (offline? put $mirror in a source mirror and set HPCVAR_SOURCE_MIRROR)"
         say "$name: git checkout $ref"
         git -C "$dest" -c advice.detachedHead=false checkout --quiet --detach "$ref" \
             || die "$name: ref $ref not found in $git_url"
@@ -236,13 +296,7 @@ fetch_one() {  # fetch_one NAME DEST  (NAME: app or app/dep)
         else
             die "neither curl nor wget found"
         fi
-        if command -v sha256sum >/dev/null 2>&1; then
-            actual=$(sha256sum "$archive" | awk '{print $1}')
-        elif command -v shasum >/dev/null 2>&1; then
-            actual=$(shasum -a 256 "$archive" | awk '{print $1}')
-        else
-            die "neither sha256sum nor shasum found"
-        fi
+        actual=$(sha256_of "$archive")
         [ "$actual" = "$sha256" ] || die "$name: sha256 mismatch for $tarball: got $actual, expected $sha256"
         say "$name: sha256 $actual OK; unpacking into $dest"
         tar -xf "$archive" -C "$dest" --strip-components=1
@@ -253,6 +307,65 @@ fetch_one() {  # fetch_one NAME DEST  (NAME: app or app/dep)
     mv "$dest/.hpcvar-source.tmp" "$dest/.hpcvar-source"
     say "recorded: $record"
 }
+
+# ---------------------------------------------------------------- --mirror DIR
+mirror_one() {  # mirror_one NAME: clone NAME's pinned commit, write its archive into MIRROR_OUT
+    name=$1
+    case $name in
+        */*) entry="${name%%/*}.deps.${name#*/}" ;;
+        *) entry=$name ;;
+    esac
+    mirror=$(get mirror)
+    [ -n "$mirror" ] || { say "$name: no mirror archive in $SOURCES, skipped"; return 0; }
+    git_url=$(get git)
+    commit_pin=$(get commit)
+    pinned=$(get mirror_sha256)
+    [ -n "$commit_pin" ] || die "$name: no commit in $SOURCES"
+    out=$MIRROR_OUT/$mirror
+    if [ -f "$out" ] && [ "$(sha256_of "$out")" = "$pinned" ]; then
+        say "$name: $out already in the mirror (sha256 $pinned)"
+        return 0
+    fi
+    top=${mirror%.tar.gz}
+    work=$tmpdir/mirror-$top
+    say "$name: git clone $git_url (commit $commit_pin)"
+    git clone --quiet --no-checkout -- "$git_url" "$work/$top" || die "$name: git clone $git_url failed"
+    git -C "$work/$top" -c advice.detachedHead=false checkout --quiet --detach "$commit_pin" \
+        || die "$name: commit $commit_pin not found in $git_url"
+    if [ "$(get submodules)" = true ]; then
+        git -C "$work/$top" submodule --quiet update --init --recursive
+    fi
+    tar --sort=name --mtime=2020-01-01 --owner=0 --group=0 --numeric-owner --exclude-vcs \
+        -C "$work" -cf - "$top" | gzip -n >"$out.tmp"
+    mv "$out.tmp" "$out"
+    actual=$(sha256_of "$out")
+    if [ "$actual" = "$pinned" ]; then
+        say "$name: wrote $out (sha256 $actual, as pinned)"
+    else
+        say "$name: wrote $out (sha256 $actual; sources.yaml pins $pinned: set mirror_sha256 to the new sum after checking the tree)"
+    fi
+    rm -rf "$work"
+}
+
+if [ "$MODE" = mirror ]; then
+    command -v git >/dev/null 2>&1 || die "git not found"
+    mkdir -p "$MIRROR_OUT"
+    if [ "$#" -eq 0 ]; then
+        set -- $(awk -F '\t' '{ split($1, k, "."); if (!(k[1] in seen)) { seen[k[1]] = 1; print k[1] } }' "$FLAT")
+    fi
+    for app in "$@"; do
+        entry=$app
+        awk -F '\t' -v p="$app." 'index($1, p) == 1 { found = 1 } END { exit !found }' "$FLAT" \
+            || die "no entry '$app' in $SOURCES"
+        mirror_one "$app"
+        deps=$(awk -F '\t' -v p="$app.deps." 'index($1, p) == 1 {
+                   d = substr($1, length(p) + 1); sub(/\..*/, "", d); if (!(d in seen)) { seen[d] = 1; print d } }' "$FLAT")
+        for dep in $deps; do
+            mirror_one "$app/$dep"
+        done
+    done
+    exit 0
+fi
 
 fetch_one "$APP" "$DEST"
 
