@@ -63,6 +63,35 @@ def test_applications_do_not_run_on_the_local_system(tmp_path):
     assert out.returncode == 0 and "Found 0 check(s)" in out.stdout, out.stdout
 
 
+def test_toy_size_runs_every_application_here_on_one_node_and_two_ranks(tmp_path):
+    """HPCVAR_RFM_SIZE=toy: every application on `local` (mpirun), 1 node x 2 ranks, toy inputs;
+    -S mpip=1 preloads the mpiP library built by the fixture chain (tests/test_real_apps.py runs
+    them for real)."""
+    env = {"HPCVAR_RFM_SIZE": "toy"}
+    out = reframe("-c", "reframe_tests/apps", "-R", "--system", "local", "-l", prefix=tmp_path / "l", env=env)
+    assert out.returncode == 0, out.stdout
+    assert set(re.findall(r"^- (\w+) %num_nodes=(\d+)", out.stdout, re.MULTILINE)) == {
+        (t, "1") for t in ("AMG2013", "AMG2023", "MILC", "MiniVite", "UMT")}
+    assert "^build_mpip ~local:default+gnu-openmpi" in out.stdout
+    out = reframe("-c", "reframe_tests/apps", "-R", "--system", "local", "-S", "mpip=1", "--dry-run",
+                  prefix=tmp_path / "d", env=env)
+    assert out.returncode == 0, out.stdout[-3000:]
+    scripts = job_scripts(tmp_path / "d")
+    amg = _one_local(scripts, "AMG2013")
+    launch = [line for line in amg.splitlines() if line.startswith("mpirun ")]
+    assert len(launch) == 1
+    assert re.fullmatch(r"mpirun -np 2 env LD_PRELOAD=\S+/install/lib/libmpiP\.so stdbuf -oL -eL "
+                        r"\S+/install/bin/amg -P 2 1 1 -n \d+ \d+ \d+ -problem 2 -printstats", launch[0]), launch[0]
+    umt = _one_local(scripts, "UMT")
+    assert "custom_2.cmg 4 2 4 4 4 0.04" in umt
+
+
+def _one_local(scripts: dict[str, str], test: str) -> str:
+    found = [s for name, s in scripts.items() if re.fullmatch(rf"{test}_[0-9a-f]{{8}}", name)]
+    assert len(found) == 1, (test, sorted(scripts))
+    return found[0]
+
+
 @pytest.fixture(scope="module")
 def dry_run(tmp_path_factory):
     prefix = tmp_path_factory.mktemp("rfm-dry")
@@ -85,7 +114,7 @@ def _one(scripts: dict[str, str], test: str, nodes: int) -> str:
     ("AMG2023", 512, "-P 32 32 32 -n 32 32 32 -problem 2 -printstats"),
     ("MILC", 128, "su3_rmd.in"),
     ("MiniVite", 128, "-f nlpkkt240.bin -t 1E-02"),
-    ("UMT", 128, "-c 7 -B local -d 10,10,10 -b 1"),
+    ("UMT", 128, "custom_8k.cmg 4 2 4 4 4 0.04"),
 ])
 def test_dry_run_scripts_have_the_node_and_task_counts_and_launch_lines(dry_run, test, nodes, args):
     _, scripts = dry_run
@@ -95,13 +124,18 @@ def test_dry_run_scripts_have_the_node_and_task_counts_and_launch_lines(dry_run,
     assert "exclusive" in opts and opts["partition"] == "regular" and opts["account"] == "m1234"
     launch = [line for line in script.splitlines() if line.startswith("srun ") and "hpcvar sample" not in line]
     assert launch and all(line.endswith(args) for line in launch), launch
-    assert re.search(rf"^srun \S+/install/bin/\w+ {re.escape(args)}$", launch[0], re.MULTILINE)
+    # Line-buffered (stdbuf), so `ts` stamps every line when the application prints it.
+    assert re.search(rf"^srun stdbuf -oL -eL \S+/install/bin/\w+ {re.escape(args)}$", launch[0], re.MULTILINE)
     # Output timestamped live, one counter sampler per node alongside the step.
     assert "exec 3>&1 > >(ts '%.s' | tee app.out)" in script
     assert re.search(r"^srun --overlap --ntasks-per-node=1 --nodes=\$SLURM_JOB_NUM_NODES \S*hpcvar sample ", script,
                      re.MULTILINE)
     if test == "MiniVite":
-        assert len(launch) == 6  # the paper's outer loop: six repetitions in one allocation
+        # The paper's outer loop: the one launch line ReFrame emits, six times in one allocation.
+        assert len(launch) == 1
+        lines = script.splitlines()
+        at = lines.index(launch[0])
+        assert lines[at - 1] == "for hpcvar_rep in $(seq 1 6); do" and lines[at + 1] == "done"
 
 
 def test_dry_run_milc_deck_has_four_sites_per_rank(dry_run):

@@ -2,14 +2,16 @@
 fixture) or in an Apptainer image, timestamped output, counters, physically meaningful sanity
 from hpcvar's own output parsers, and the per-step figures of merit."""
 
+import random
 from pathlib import Path
 
 import reframe as rfm
 import reframe.utility.sanity as sn
 import reframe.utility.typecheck as typ
-from reframe.core.builtins import performance_function, run_after, run_before, sanity_function, variable
+from reframe.core.builtins import fixture, performance_function, run_after, run_before, sanity_function, variable
 
-from common.mixins import CampaignRun, CounterSampler, TimestampedOutput
+from common.mixins import TOY, CampaignRun, CounterSampler, TimestampedOutput
+from common.sources import build_mpip
 
 
 class AppRun(rfm.RunOnlyRegressionTest, CampaignRun, TimestampedOutput, CounterSampler):
@@ -19,6 +21,11 @@ class AppRun(rfm.RunOnlyRegressionTest, CampaignRun, TimestampedOutput, CounterS
     image = variable(str, value="")
     #: srun options of container runs: the image's MPI wires up through Slurm's PMIx.
     container_launcher_options = variable(typ.List[str], value=["--mpi=pmix"])
+    #: Fraction of runs profiled with mpiP (preloaded; its report ``<exe>.<n>.<pid>.<k>.mpiP``
+    #: is kept in the run directory and collated into ``mpi_profile``): 0 never, 1 always, as
+    #: the simulator's ``mpip_fraction``. Bare-metal runs only.
+    mpip = variable(float, value=0.0)
+    mpip_build = fixture(build_mpip, scope="environment")
     valid_prog_environs = ["+mpi"]
     exclusive_access = True
     time_limit = "30m"
@@ -31,17 +38,22 @@ class AppRun(rfm.RunOnlyRegressionTest, CampaignRun, TimestampedOutput, CounterS
         """App-specific sanity assertions on the parsed output (hpcvar.parsers.apps.AppOutput)."""
         raise NotImplementedError
 
+    #: The application's own arguments (the run's ``input`` in the dataset).
+    app_input = variable(str, value="", loggable=True)
     #: Time steps a run must have.
     expected_steps = variable(int)
 
     @run_after("init")
     def _where(self):
-        # Applications run on compute nodes; in a container only where Apptainer is configured.
-        self.valid_systems = ["+mpi +remote +apptainer"] if self.image else ["+mpi +remote"]
+        # Applications run on compute nodes (toy-sized also here: `+local` partitions); in a
+        # container only where Apptainer is configured.
+        where = "+mpi" if TOY else "+mpi +remote"
+        self.valid_systems = [f"{where} +apptainer"] if self.image else [where]
 
     @run_before("run")
     def _launch(self):
         exe, args = self.command()
+        self.app_input = " ".join(args)
         if self.image:
             self.container_platform = "Apptainer"
             self.container_platform.image = self.image
@@ -51,8 +63,21 @@ class AppRun(rfm.RunOnlyRegressionTest, CampaignRun, TimestampedOutput, CounterS
             if self.job.launcher.registered_name == "srun":
                 self.job.launcher.options += self.container_launcher_options
         else:
-            self.executable = str(Path(self.build.install_prefix) / "bin" / exe)
-            self.executable_opts = args
+            # Line-buffered stdout, so `ts` stamps each line when the app prints it and not
+            # when a pipe buffer fills (under srun and mpirun stdout is a pipe). gfortran
+            # ignores stdbuf: it reads its own variable.
+            self.executable = "stdbuf"
+            self.executable_opts = ["-oL", "-eL", str(Path(self.build.install_prefix) / "bin" / exe), *args]
+            self.env_vars.setdefault("GFORTRAN_UNBUFFERED_PRECONNECTED", "y")
+            if not 0.0 <= self.mpip <= 1.0:
+                raise ValueError(f"mpip={self.mpip}: expected a fraction of runs in [0, 1]")
+            if random.random() < self.mpip:
+                # Preloaded into the ranks only (stdbuf adds its own library in front); the
+                # report goes to the working directory of the ranks: the stage directory.
+                self.executable = "env"
+                self.executable_opts = [f"LD_PRELOAD={self.mpip_build.library}",
+                                        "stdbuf", *self.executable_opts]
+                self.keep_files += ["*.mpiP"]
 
     def parsed(self):
         from hpcvar.parsers import apps

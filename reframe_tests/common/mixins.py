@@ -28,13 +28,37 @@ _HPCVAR = Path(sys.executable).with_name("hpcvar")
 HPCVAR = str(_HPCVAR) if _HPCVAR.exists() else "hpcvar"
 
 
+#: ``HPCVAR_RFM_SIZE``: ``full`` (Table I's inputs, the default) or ``toy`` (every input shrunk
+#: to seconds of work on 2 ranks per node and, unless ``HPCVAR_RFM_NODES`` says otherwise, one
+#: node; the applications may then also run on ``+local`` partitions: this machine, CI).
+SIZES = ("full", "toy")
+
+
+def run_size() -> str:
+    size = os.environ.get("HPCVAR_RFM_SIZE", "full").strip() or "full"
+    if size not in SIZES:
+        raise ValueError(f"HPCVAR_RFM_SIZE={size!r}: expected one of {', '.join(SIZES)}")
+    return size
+
+
+TOY = run_size() == "toy"
+
+
+def sized(full, toy):
+    """``full`` normally, ``toy`` under ``HPCVAR_RFM_SIZE=toy``: the default of a test's input
+    variable (``-S`` still overrides either)."""
+    return toy if TOY else full
+
+
 def node_counts(app: str, default: list[int]) -> list[int]:
-    """The node counts a test is parameterised on: Table I's, or ``HPCVAR_RFM_NODES``.
+    """The node counts a test is parameterised on: Table I's (one node when toy-sized), or
+    ``HPCVAR_RFM_NODES``.
 
     ReFrame's ``-S`` sets variables, not parameters, so the list is read when the test file is
     loaded: ``HPCVAR_RFM_NODES=4,8`` (every app) or ``HPCVAR_RFM_NODES=amg:4,8;milc:2``.
     """
     spec = os.environ.get("HPCVAR_RFM_NODES", "").strip()
+    default = sized(default, [1])
     if not spec:
         return default
     if ":" not in spec:
@@ -53,8 +77,8 @@ class CampaignRun(rfm.RegressionTestPlugin):
     software = variable(str, value="", loggable=True)
     #: Container image and its sha256 digest, empty when run bare-metal.
     container = variable(str, value="", loggable=True)
-    #: MPI ranks per node; 64 of KNL's 68 cores by default (-S tasks_per_node=N).
-    tasks_per_node = variable(int, value=64)
+    #: MPI ranks per node; 64 of KNL's 68 cores by default, 2 when toy-sized (-S tasks_per_node=N).
+    tasks_per_node = variable(int, value=sized(64, 2))
     #: Slurm/launcher options added to the job (e.g. -S extra_job_options=--switches=1).
     extra_job_options = variable(typ.List[str], value=[])
 

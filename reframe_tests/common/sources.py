@@ -1,21 +1,34 @@
 """The fixture chain of the application tests: fetch (once per session) -> build (once per
 programming environment) -> run. Source pins live in reframe_tests/apps/sources.yaml and the
 build logic in reframe_tests/apps/build/<app>.sh, which the Apptainer recipes in containers/
-run too, so bare-metal and container builds are the same build."""
+run too, so bare-metal and container builds are the same build.
 
+Sources come from the source mirror when it has them (``HPCVAR_SOURCE_MIRROR``, see fetch.sh).
+Builds go into the stage directory, or, with ``HPCVAR_BUILD_CACHE=DIR`` (``-S build_cache=DIR``),
+into ``DIR/<app>-<environ>-<hash of the source provenance>``, shared by every ReFrame session
+that builds the same sources with the same environment (several rounds of a campaign, the
+``local`` and ``local-slurm`` runs of CI): the first builds under a lock, the others reuse it.
+The tools the application tests use (mpiP) have their fixtures here too.
+"""
+
+import hashlib
+import os
 from pathlib import Path
 
 import reframe as rfm
 import reframe.utility.sanity as sn
-from reframe.core.builtins import run_before, sanity_function, variable
+from reframe.core.builtins import fixture, run_before, sanity_function, variable
 
 BUILD_DIR = Path(__file__).resolve().parents[1] / "apps" / "build"
 
 
 class FetchSources(rfm.RunOnlyRegressionTest):
-    """Clone the pinned upstream sources of ``app`` (needs network: run it on a login node)."""
+    """Fetch the pinned upstream sources of ``app``: from the source mirror when it has the
+    archive (offline, sha256-checked), else from upstream (network: run it on a login node)."""
 
     app = variable(str)
+    #: Directory of source archives (``HPCVAR_SOURCE_MIRROR``; ``-S source_mirror=DIR`` overrides).
+    source_mirror = variable(str, value=os.environ.get("HPCVAR_SOURCE_MIRROR", ""))
     descr = "Fetch pinned application sources"
     valid_systems = ["*"]
     valid_prog_environs = ["*"]
@@ -28,6 +41,8 @@ class FetchSources(rfm.RunOnlyRegressionTest):
         self.executable_opts = ["fetch.sh", self.app, "src"]
         # The stage directory holds a copy of build/; the pins stay in the repository.
         self.env_vars["HPCVAR_SOURCES"] = str(BUILD_DIR.parent / "sources.yaml")
+        if self.source_mirror:
+            self.env_vars["HPCVAR_SOURCE_MIRROR"] = str(Path(self.source_mirror).resolve())
 
     @sanity_function
     def fetched(self):
@@ -48,15 +63,26 @@ class BuildFromSources(rfm.CompileOnlyRegressionTest):
     valid_prog_environs = ["+mpi"]
     build_system = "CustomBuild"
     sourcesdir = str(BUILD_DIR)
-    build_jobs = variable(int, value=8)
+    build_jobs = variable(int, value=min(8, os.cpu_count() or 1))
+    #: Shared install tree (``HPCVAR_BUILD_CACHE``); empty: build into the stage directory.
+    build_cache = variable(str, value=os.environ.get("HPCVAR_BUILD_CACHE", ""))
 
     @run_before("compile")
     def _commands(self):
         src = self.sources.source_dir
+        env = self.current_environ
+        prefix = self.install_prefix
+        build = (f"bash {self.app}.sh {src} {prefix} && cp {src}/.hpcvar-source {prefix}/.hpcvar-source")
+        if self.build_cache:
+            # Reuse a complete install of the same sources (its .hpcvar-source is written
+            # last); concurrent sessions wait for the one that builds.
+            build = (f"flock {prefix}.lock sh -c 'if cmp -s {src}/.hpcvar-source {prefix}/.hpcvar-source; "
+                     f"then echo \"[hpcvar-build {self.app}] reusing {prefix}\"; "
+                     f"else rm -rf {prefix} && {build}; fi'")
         self.build_system.commands = [
-            f"export MPICC={self.current_environ.cc} MPICXX={self.current_environ.cxx} MAKE_JOBS={self.build_jobs}",
-            f"bash {self.app}.sh {src} {self.install_prefix}",
-            f"cp {src}/.hpcvar-source {self.install_prefix}/",
+            f"mkdir -p {Path(prefix).parent}",
+            f"export MPICC={env.cc} MPICXX={env.cxx} MPIF90={env.ftn or 'mpif90'} MAKE_JOBS={self.build_jobs}",
+            build,
         ]
 
     @sanity_function
@@ -65,8 +91,30 @@ class BuildFromSources(rfm.CompileOnlyRegressionTest):
 
     @property
     def install_prefix(self) -> str:
-        return str(Path(self.stagedir) / "install")
+        if not self.build_cache:
+            return str(Path(self.stagedir) / "install")
+        source = Path(self.sources.source_dir, ".hpcvar-source")
+        # --dry-run fetches nothing: the job scripts then name a prefix that was never built.
+        key = hashlib.sha256(source.read_bytes()).hexdigest()[:12] if source.exists() else "not-fetched"
+        return str(Path(self.build_cache).resolve() / f"{self.app}-{self.current_environ.name}-{key}")
 
     def provenance(self) -> str:
-        """``<app> <version> <git url> <commit>`` as fetch.sh recorded it."""
+        """``<app> <version> <git url> <commit>`` as fetch.sh recorded it (a mirror fetch
+        appends ``mirror:<archive> sha256:<hex>``)."""
         return Path(self.install_prefix, ".hpcvar-source").read_text().strip()
+
+
+class fetch_mpip(FetchSources):
+    app = "mpip"
+
+
+class build_mpip(BuildFromSources):
+    """mpiP's shared library (``install/lib/libmpiP.so``), preloaded into profiled runs."""
+
+    app = "mpip"
+    descr = "Build the mpiP profiler from pinned sources"
+    sources = fixture(fetch_mpip, scope="session")
+
+    @property
+    def library(self) -> str:
+        return str(Path(self.install_prefix) / "lib" / "libmpiP.so")
