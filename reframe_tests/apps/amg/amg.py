@@ -3,6 +3,15 @@
 Input as Table I: ``-P Px Py Pz -n 32 32 32 -problem 2`` (the process grid follows the rank
 count: 32x16x16 on 128 nodes x 64 ranks, 32x32x32 on 512) with ``-printstats`` so every time step
 prints its solver block (the step markers hpcvar's AMG parser uses).
+
+Toy-sized (``HPCVAR_RFM_SIZE=toy``: 1 node, 2 ranks) the local size is chosen so a step is a few
+tenths of a second, long against the few milliseconds `ts` and the launcher's output forwarding
+add: AMG 1.1 ``-n 24 24 24`` (six time steps of about 0.2-1 s each), AMG2023 ``-n 40 40 40``
+(its one PCG solve about 0.2-0.6 s; at Table I's 32^3 it is about 0.1 s).
+
+AMG 1.1 and AMG2023 are separate datasets (``amg-N`` and ``amg2023-N``): their ``-problem 2`` are
+different problems (AMG 1.1: six AMG-GMRES time steps on a 27-point operator; AMG2023: one
+AMG-PCG solve on a 7-point Laplacian).
 """
 
 import sys
@@ -17,7 +26,7 @@ if _SUITE not in sys.path:  # append: ReFrame pops the entry it appended by posi
     sys.path.append(_SUITE)
 from common.app import AppRun  # noqa: E402
 from hpcvar.grids import factor  # noqa: E402
-from common.mixins import REPO, node_counts  # noqa: E402
+from common.mixins import REPO, node_counts, sized  # noqa: E402
 from common.sources import BuildFromSources, FetchSources  # noqa: E402
 
 
@@ -43,12 +52,13 @@ class AMGBase(AppRun):
     descr = "AMG: algebraic multigrid solver (hypre), Table I input, per-step solver times"
     app_name = "amg"
     num_nodes = parameter(node_counts("amg", [128, 512]))
-    #: Local problem size per rank (``-n``).
-    local_size = variable(str, value="32 32 32")
+    #: Local problem size per rank (``-n``): Table I's 32^3; toy-sized 24^3 (see the module doc).
+    local_size = variable(str, value=sized("32 32 32", "24 24 24"))
     problem = variable(int, value=2)
     #: AMG2013's problem 2 runs a fixed number of time steps (6 in LLNL's driver).
     expected_steps = 6
-    #: Relative residual every solve must reach (the solver's tolerance is 1e-6... as printed).
+    #: Relative residual every solve must reach (both drivers' problem 2 solve to 1e-8; AMG 1.1's
+    #: time steps end with fixed-iteration GMRES solves near machine precision).
     residual_bound = variable(float, value=1e-6)
     tags = {"app", "amg", "campaign"}
 
@@ -70,8 +80,12 @@ class AMG2013(AMGBase):
 
 
 class AMG2023Base(AMGBase):
-    #: AMG2023's problem 2 is one solve, not AMG 1.1's time-stepping loop: one step per run.
+    #: Its own dataset, amg2023-N: AMG2023 is not the AMG 1.1 of Table I.
+    app_name = "amg2023"
+    #: AMG2023's problem 2 is one AMG-PCG solve, not AMG 1.1's time-stepping loop: one step per run.
     expected_steps = 1
+    #: Toy-sized 40^3 per rank: at 32^3 its one solve is about 0.1 s on 2 ranks.
+    local_size = sized("32 32 32", "40 40 40")
 
 
 @rfm.simple_test

@@ -7,10 +7,29 @@
 # MILC's generic application Makefile is copied into ks_imp_dyn (as upstream documents) and its
 # choices are set on the make command line: MPI (MPP=true), no SciDAC/QIO/QMP, no GPU.
 #
+# Two fixes, both from the build script (the upstream sources stay untouched):
+#
+# * MPI-3. generic/com_mpi.c:579 calls MPI_Errhandler_create and MPI_Errhandler_set, removed in
+#   MPI-3.0; Open MPI >= 4 no longer provides them (its mpi.h turns any use into a compile-time
+#   error). ADDDEFINES (MILC's Makefile hook for extra -D flags, appended to CFLAGS) maps them to
+#   their MPI-2 replacements, MPI_Comm_create_errhandler / MPI_Comm_set_errhandler, which take
+#   the same arguments (MILC's err_func already has the MPI_Comm_errhandler_function signature).
+#   -DOMPI_OMIT_MPI1_COMPAT_DECLS=1 tells Open MPI's mpi.h not to declare the removed functions
+#   (with the mapping, its poisoned declaration of MPI_Errhandler_create would otherwise become
+#   one of MPI_Comm_create_errhandler); other MPIs ignore that macro.
+#
+# * Parallel make. ks_imp_dyn/Make_template has `target: libmake localmake`, where libmake runs
+#   the library makefile and localmake links against ../libraries/{su3,complex}.<prec>.a, files
+#   for which the application's makefile has no rule. make -j starts both at once and stops with
+#   "No rule to make target '../libraries/su3.1.a', needed by 'localmake'" (every time on a fresh
+#   tree, 8 s in). Likewise the rule that forces a clean rebuild (.lastmake.*) deletes
+#   quark_action.h and gauge_action.h while make -j may already be copying them in. The
+#   application Makefile is our copy of MILC's generic Makefile; two order-only rules appended
+#   to it give make the ordering these rules rely on, so make -j is safe (no retry with -j 1).
+#
 # Environment:
 #   MPICC, MPICXX    MPI compiler wrappers (default mpicc, mpicxx)
-#   MAKE_JOBS        parallel make jobs (default 4). MILC builds its libraries through
-#                    recursive makes; if a parallel build fails it is retried once with -j 1.
+#   MAKE_JOBS        parallel make jobs (default 4)
 #   MILC_PRECISION   1 (single, the Makefile's default) or 2 (double); default 1
 #   MILC_OPT         optimisation flags (default "-O3 -fcommon"; -fcommon for gcc >= 10)
 #   MILC_OMP         true: OpenMP (default empty: MPI only, as in the paper)
@@ -45,21 +64,24 @@ say "prefix:   $PREFIX"
 say "compiler: $MPICC ($("$MPICC" --version 2>/dev/null | head -n 1))"
 
 run cp "$SRC/Makefile" "$SRC/ks_imp_dyn/Makefile"
+say "+ appending the parallel-make ordering to ks_imp_dyn/Makefile"
+cat >> "$SRC/ks_imp_dyn/Makefile" <<'MAKE'
+
+# --- added by hpcvar's build script (reframe_tests/apps/build/milc.sh): make -j ordering ---
+# The libraries exist only once libmake has run; the action headers must be copied only after
+# the .lastmake rule has deleted the old ones.
+${LIBRARIES}: | libmake
+quark_action.h gauge_action.h: | ${LASTMAKE}
+MAKE
 make_args=(
     su3_rmd
     COMPILER=gnu MPP=true PRECISION="$PRECISION" OMP="$OMP"
     CC="$MPICC" CXX="$MPICXX" OPT="$OPT"
+    ADDDEFINES="-DOMPI_OMIT_MPI1_COMPAT_DECLS=1 -DMPI_Errhandler_create=MPI_Comm_create_errhandler -DMPI_Errhandler_set=MPI_Comm_set_errhandler"
     WANTQOP= WANTQIO= WANTQMP= WANTQUDA= WANTQPHIX= WANTQPHIXJ= WANTGRID= WANTFFTW= WANTPRIMME=
 )
 cd "$SRC/ks_imp_dyn"
-if ! run make -j "$MAKE_JOBS" "${make_args[@]}"; then
-    if [ "$MAKE_JOBS" != 1 ]; then
-        say "parallel build failed; retrying with -j 1"
-        run make -j 1 "${make_args[@]}"
-    else
-        exit 1
-    fi
-fi
+run make -j "$MAKE_JOBS" "${make_args[@]}"
 
 [ -x "$SRC/ks_imp_dyn/su3_rmd" ] || { echo "build finished but ks_imp_dyn/su3_rmd is missing" >&2; exit 1; }
 run mkdir -p "$PREFIX/bin"

@@ -21,3 +21,17 @@ class ParseError(ValueError):
 
     def as_dict(self) -> dict:
         return {"file": self.path, "line": self.line, "error": self.message}
+
+
+class TruncatedOutput(ParseError):
+    """An application output that ends mid-run (the job was killed mid-step, the node died): the
+    reason, and the steps the application completed before it (``completed``: one dict per step
+    with ``step``, ``start``, ``end``, ``duration_s``, ``reported_s``), which the quarantine keeps."""
+
+    def __init__(self, path: str | Path, message: str, line: int | None = None,
+                 completed: list[dict] | None = None):
+        super().__init__(path, message, line)
+        self.completed = completed or []
+
+    def as_dict(self) -> dict:
+        return {**super().as_dict(), "completed_steps": self.completed}

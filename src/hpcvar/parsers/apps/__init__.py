@@ -38,8 +38,10 @@ _SIGNATURES: tuple[tuple[str, re.Pattern], ...] = (
     ("amg2023", re.compile(rf"^{re.escape(amg.RUN_HEADER)}\s*\n\s*Problem ID\s*=", re.MULTILINE)),
     ("amg2013", re.compile(rf"^{re.escape(amg.RUN_HEADER)}\s*\n\s*solver ID\s*=", re.MULTILINE)),
     ("milc", re.compile(r"^MIMD version \S", re.MULTILINE)),
-    ("umt", re.compile(rf"^(?:Teton driver: |{umt.STARTING})", re.MULTILINE)),
+    ("umt", re.compile(rf"^(?:{re.escape(umt.HEADER)}|CYCLE 1 timerad = |Teton driver: |{umt.STARTING})",
+                       re.MULTILINE)),
     ("minivite", re.compile(r"^(?:Time to (?:generate|read input file and create) distributed graph|"
+                            r"Modularity: \S+, Iterations: \S+, Time \(in s\): |"
                             r"Average total time \(in s\), #Processes:)", re.MULTILINE)),
     ("osu", re.compile(r"^# OSU .+ Test v?\d", re.MULTILINE)),
     ("imb", re.compile(r"^#\s+Intel ?\(R\) MPI Benchmarks ", re.MULTILINE)),
@@ -112,11 +114,14 @@ def write_timestamped(path: str | Path, app: str, steps: Sequence[tuple[float, f
     """Write realistic ``app | ts '%.s'`` stdout whose steps :func:`read` returns exactly.
 
     ``steps`` are contiguous ``(start_epoch, end_epoch)`` pairs (each app prints one line per
-    step boundary, so step i+1 must start where step i ends); times are written to the
+    step boundary, so step i+1 must start where step i ends; miniVite, relaunched per step,
+    prints a start line per step and also takes steps with gaps); times are written to the
     microsecond. ``version`` is for ``milc`` only (the others print none). ``extra`` goes to
     the app's writer: ``reported_s`` (umt, minivite: the app's own per-step figure, default the
-    durations), ``n``/``gmres_iterations`` (amg2013), ``nx`` (milc), ``flux_iters``/``dtrad``
-    (umt), ``vertices``/``modularity``/``louvain_iterations`` (minivite).
+    durations), ``n``/``gmres_iterations`` (amg2013), ``nx`` (milc), ``flux_iters``/``dtrad``/
+    ``goal_time``/``deck``/``groups``/``polar``/``azimuthal`` (umt: UMT 2.0 SuOlsonTest output),
+    ``vertices`` (None: Table I's graph file)/``graph_s``/``modularity``/``louvain_iterations``
+    (minivite: miniVite 1.0 output).
     """
     if app not in _WRITERS:
         raise ValueError(f"no writer for {app!r}; writable apps: {', '.join(WRITABLE_APPS)}")

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hpcvar.parsers.errors import ParseError
+from hpcvar.parsers.errors import ParseError, TruncatedOutput
 
 # ``ts '%.s'`` prints the epoch with exactly six decimals, then one space, then the line (which
 # may be empty). Ten digits cover 2001-2286; nine and eleven are accepted to stay on the safe side.
@@ -118,6 +118,11 @@ class StepClock:
     def open(self, line: Line) -> None:
         self._start = line
 
+    @property
+    def opened(self) -> Line | None:
+        """The line the step in progress started at, None between loops."""
+        return self._start
+
     def close(self) -> None:
         """The loop ended: a marker before the next :meth:`open` is out of place."""
         self._start = None
@@ -185,3 +190,15 @@ class TimedText:
         path = Path(path)
         path.write_text("".join(f"{t:.6f} {text}\n" for t, text in self._rows))
         return path
+
+
+def truncated(path: str | Path, message: str, line: int, spans: Sequence[tuple[Line, Line]],
+              reported: Sequence[float], timestamped: bool) -> TruncatedOutput:
+    """The error for an output that ends mid-run, carrying the steps completed before the cut
+    (plain numbers, NaN as None, for the quarantine's JSON lines)."""
+    frame = steps_frame(spans, reported, timestamped)
+    completed = [{key: (None if isinstance(value, float) and math.isnan(value) else value)
+                  for key, value in zip(STEP_COLUMNS, (int(r.step), float(r.start), float(r.end),
+                                                       float(r.duration_s), float(r.reported_s)))}
+                 for r in frame.itertuples()]
+    return TruncatedOutput(path, message, line, completed)

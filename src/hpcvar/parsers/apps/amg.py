@@ -1,22 +1,36 @@
-"""AMG stdout: ``amg2023`` (github.com/LLNL/AMG2023) and ``amg2013`` (the AMG2013 line as released
-in github.com/LLNL/AMG, "CORAL-2 AMG"; its driver prints ``solver ID =`` where AMG2023 prints
-``Problem ID =``). A file may hold several runs, each starting ``Running with these driver
+"""AMG stdout: ``amg2023`` (github.com/LLNL/AMG2023) and ``amg2013`` (AMG 1.1, the AMG2013 line as
+released in github.com/LLNL/AMG, "CORAL-2 AMG"; its driver prints ``solver ID =`` where AMG2023
+prints ``Problem ID =``). A file may hold several runs, each starting ``Running with these driver
 parameters:`` (the LANL sample has problem 1 then problem 2).
 
-hypre prints a timing block (``=====`` / ``<title>:`` / ``=====`` / ``wall clock time = ...``)
-when a phase *ends*, so a title line's timestamp is the end of that phase. What a step is:
+hypre prints a timing block (``=====`` / ``<title>:`` / ``=====`` / ``<phase>:`` / ``wall clock
+time = ...``) when a phase *ends*: the title is printed right after the timer stops, the wall
+clock time (the maximum over ranks, an MPI_Allreduce) after it, so a title line's timestamp is the
+end of that phase. What a step is:
 
-* time steps, when the output shows them: AMG2013 ``-problem 2 -printstats`` prints
-  ``Solver: AMG-GMRES`` at the start of each of its ``No. of Time Steps``; step i runs from its
-  ``Solver:`` line to the next one (the last to the ``Cumulative ... Solve Time:`` title).
-  ``iterations`` sums the step's ``GMRES Iterations``; no per-step time is printed.
+* time steps, when the output shows them: AMG 1.1 ``-problem 2 -printstats`` prints
+  ``Solver: AMG-GMRES`` at the start of each of its ``No. of Time Steps`` (6, hard-coded in
+  test/amg.c); step i runs from its ``Solver:`` line to the next one (the last to the
+  ``Cumulative ... Solve Time:`` title). ``iterations`` sums the step's ``GMRES Iterations`` (one
+  GMRES solve to tolerance and four fixed-iteration ones); ``final_residual`` is the step's last.
+  AMG 1.1 prints no per-step time (``reported_s`` is NaN): its one timer spans the whole loop
+  (started after a barrier just before the first step's ``Solver:`` line, stopped after a
+  barrier just after the last step), so the steps' durations add up to the cumulative block's
+  wall clock time (``total_s``).
 * otherwise one step per solve block (``Problem N: AMG-PCG Solve Time:``): from the title of the
   timing block printed before it (the setup block, or ``IJ Vector Setup`` when no setup block
-  is printed) to the solve title; ``reported_s`` is the solve's ``wall clock time``.
+  is printed) to the solve title; ``reported_s`` is the solve's ``wall clock time``. AMG2023
+  (``-problem 1``: AMG-GMRES, ``-problem 2``: AMG-PCG) times setup and solve separately, each
+  between two barriers; between the setup title and the solve's timer start it only prints.
+  Its ``Solver: AMG-PCG`` line (``-printstats``) is not a time step.
 
 Extra step columns: ``problem``, ``iterations``, ``final_residual``. ``checks`` carries the printed
 ``Figure of Merit`` (``fom``); a file holding several problems gets ``problems`` and per-problem
 ``problem_N_solve_s``, ``_iterations``, ``_setup_s`` and ``_fom`` instead.
+
+Truncated output (a run that died) raises :class:`ParseError` naming the file and the last line:
+a run without its final solve block, or whose solve block lacks its wall clock time, iterations
+or residual, has no trustworthy steps (AMG 1.1's time steps are only closed by that block).
 """
 
 from __future__ import annotations
@@ -27,7 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hpcvar.parsers.apps._core import AppOutput, Line, TimedText, check_steps, integer, number, steps_frame
+from hpcvar.parsers.apps._core import AppOutput, Line, TimedText, check_steps, integer, number, steps_frame, truncated
 from hpcvar.parsers.errors import ParseError
 
 RUN_HEADER = "Running with these driver parameters:"
@@ -130,7 +144,7 @@ class _Reader:
                 run.setup_s += wall
             elif solve is not None and solve.wall_s is None:
                 solve.wall_s = wall
-        elif _SOLVER.fullmatch(text):
+        elif _SOLVER.fullmatch(text) and run.app == "amg2013":
             run.time_steps.append(_TimeStep(line))
         elif (match := _STEP_ITERATIONS.fullmatch(text)) and run.time_steps:
             run.time_steps[-1].iterations += integer(self.path, line, match[1], "solver iterations")
@@ -157,17 +171,25 @@ class _Reader:
         if run.app is None:
             raise ParseError(self.path, "expected 'Problem ID =' or 'solver ID =' after the run header", run.header.no)
         if not run.solves:
-            raise ParseError(self.path, f"truncated: the run started at line {run.header.no} has no "
-                                        "'Problem N: ... Solve Time:' block", at.no)
+            raise self._truncated(run, f"truncated: the run started at line {run.header.no} has no "
+                                       "'Problem N: ... Solve Time:' block", at)
         solve = run.solves[-1]
         missing = [name for name, value in (("wall clock time", solve.wall_s), ("Iterations", solve.iterations),
                                             ("Final Relative Residual Norm", solve.residual)) if value is None]
         if missing:
-            raise ParseError(self.path, f"truncated: the solve block at line {solve.title.no} has no "
-                                        f"{', '.join(missing)}", at.no)
+            raise self._truncated(run, f"truncated: the solve block at line {solve.title.no} has no "
+                                       f"{', '.join(missing)}", at)
         if run.time_steps and solve.time_steps is not None and len(run.time_steps) != solve.time_steps:
             raise ParseError(self.path, f"expected {solve.time_steps} 'Solver:' time-step lines "
                                         f"(No. of Time Steps), found {len(run.time_steps)}", solve.title.no)
+
+
+    def _truncated(self, run: _Run, message: str, at: Line):
+        """AMG 1.1 cut mid-run: its time steps up to the last that the next one's start closed
+        (AMG2023's single solve has none before its block is complete)."""
+        starts = [step.opened for step in run.time_steps] if run.app == "amg2013" else []
+        spans = list(zip(starts, starts[1:]))
+        return truncated(self.path, message, at.no, spans, [math.nan] * len(spans), not math.isnan(at.ts))
 
 
 def _run_steps(run: _Run) -> list[tuple[tuple[Line, Line], float, int, int, float]]:
@@ -218,19 +240,47 @@ def parse(path: str | Path, lines: Sequence[Line], timestamped: bool) -> AppOutp
                      checks=checks)
 
 
-# --- writer: AMG2013 (github.com/LLNL/AMG) ``amg -problem 2 -printstats`` -------------------------
+# --- writer: AMG 1.1 (github.com/LLNL/AMG, tag 1.1) ``amg -problem 2 -printstats`` -------------
+# Line for line what test/amg.c and hypre's par_stats.c (hypre_BoomerAMGSetupStats,
+# hypre_BoomerAMGWriteSolverParams) print, checked against the real capture in
+# tests/captured/amg2013/. The AMG hierarchy's figures (levels, rows, nonzeros, weights) come from
+# a simple model of PMIS coarsening with one level of aggressive coarsening on the 27-point
+# operator, formatted with hypre's own printf formats.
 
 _BLOCK_RULE = "=" * 45
 _SETUP_PARAMETERS = (
-    "BoomerAMG SETUP PARAMETERS:", "", " Max levels = 25", " Num levels = 4", "",
     " Strength Threshold = 0.250000", " Interpolation Truncation Factor = 0.000000",
     " Maximum Row Sum Threshold for Dependency Weakening = 0.900000", "", " Coarsening Type = PMIS ", "",
     " No. of levels of aggressive coarsening: 1", "", " Interpolation on agg. levels= multipass interpolation",
     " measures are determined locally", "", "", " No global partition option chosen.", "",
-    " Interpolation = extended+i interpolation", "", "", "BoomerAMG SOLVER PARAMETERS:", "",
-    "  Maximum number of cycles:         1 ", "  Stopping Tolerance:               0.000000e+00 ",
-    "  Cycle type (1 = V, 2 = W, etc.):  1", "", "",
+    " Interpolation = extended+i interpolation", "",
 )
+_OPERATOR_HEADER = (
+    "Operator Matrix Information:", "",
+    "            nonzero         entries per row        row sums",
+    "lev   rows  entries  sparse  min  max   avg       min         max",
+    "=" * 67,
+)
+_INTERPOLATION_HEADER = (
+    "Interpolation Matrix Information:",
+    "                 entries/row    min     max         row sums",
+    "lev  rows cols    min max     weight   weight     min       max ",
+    "=" * 65,
+)
+
+
+def _solver_parameters(coarse_relax: int) -> list[str]:
+    return ["BoomerAMG SOLVER PARAMETERS:", "",
+            "  Maximum number of cycles:         1 ", "  Stopping Tolerance:               0.000000e+00 ",
+            "  Cycle type (1 = V, 2 = W, etc.):  1", "",
+            "  Relaxation Parameters:",
+            "   Visiting Grid:                     down   up  coarse",
+            "            Number of sweeps:            2    2     1 ",
+            f"   Type 0=Jac, 3=hGS, 6=hSGS, 9=GE:     18   18   {coarse_relax:3d} ",
+            "   Point types, partial sweeps (1=C, -1=F):",
+            "                  Pre-CG relaxation (down):   0   0",
+            "                   Post-CG relaxation (up):   0   0",
+            "                             Coarsest grid:   0", ""]
 
 
 def _grid(nranks: int) -> tuple[int, int, int]:
@@ -247,35 +297,83 @@ def _grid(nranks: int) -> tuple[int, int, int]:
     return best
 
 
-def _timing_block(title: str, phase: str, wall_s: float) -> list[str]:
+def _hierarchy(nx: int, ny: int, nz: int) -> list[tuple[int, int]]:
+    """(rows, nonzeros) per AMG level: the 27-point operator on the global grid, then aggressive
+    coarsening (about 68x fewer rows), then about 4.7x per level until at most 20 rows (the
+    ratios and the stopping point of the real 2-rank runs at -n 16 and -n 24)."""
+    rows = nx * ny * nz
+    levels = [(rows, (3 * nx - 2) * (3 * ny - 2) * (3 * nz - 2))]
+    ratio, per_row = 68.0, 20.4
+    while rows > 20:
+        rows = max(1, math.ceil(rows / ratio))
+        levels.append((rows, min(rows * rows, round(rows * per_row))))
+        ratio, per_row = 4.7, 42.0
+    return levels
+
+
+def _setup_stats(levels: list[tuple[int, int]], step: int) -> list[str]:
+    """The operator and interpolation tables and complexities of one BoomerAMG setup."""
+    out = list(_OPERATOR_HEADER)
+    for level, (rows, nnz) in enumerate(levels):
+        avg = nnz / rows
+        if level == 0:  # the 27-point stencil; the driver lowers the diagonal 0.1 per time step
+            low, high, rmin, rmax = 8, 27, 0.5 - 0.1 * step, 19.5 - 0.1 * step
+        else:
+            low, high = max(1, min(rows, round(0.3 * avg))), min(rows, round(1.6 * avg))
+            rmin, rmax = 20.0 * level * (1 + 0.02 * step), 250.0 * level * (1 + 0.01 * step)
+        out.append(f"{level:2d} {rows:7d} {float(nnz):8.0f}  {nnz / rows / rows:0.3f}  {low:4d} {high:4d}"
+                   f"  {avg:4.1f}  {rmin:10.3e}  {rmax:10.3e}")
+    out += ["", "", *_INTERPOLATION_HEADER]
+    interp_nnz = 0
+    for level, ((rows, _), (coarse, _)) in enumerate(zip(levels, levels[1:])):
+        interp_nnz += round(2.2 * rows)
+        out.append(f"{level:2d} {rows:5d} x {coarse:<5d} {1:3d} {10 if level == 0 else 8:3d}"
+                   f"  {2.8e-3 * (1 + 0.01 * step) / (level + 1):10.3e} {0.98 / (level + 1):9.3e}"
+                   f" {0.2 / (level + 1):9.3e} {1.0:9.3e}")
+    rows0, nnz0 = levels[0]
+    total_nnz = sum(nnz for _, nnz in levels)
+    out += ["", "", f"     Complexity:    grid = {sum(rows for rows, _ in levels) / rows0:f}",
+            f"                operator = {total_nnz / nnz0:f}",
+            f"                memory = {(total_nnz + interp_nnz) / nnz0:f}", "", "", "", ""]
+    return out
+
+
+def _timing_block(title: str, phase: str, wall_s: float, cpu_s: float) -> list[str]:
     return [_BLOCK_RULE, title, _BLOCK_RULE, f"{phase}:", f"  wall clock time = {wall_s:.6f} seconds",
-            "  wall MFLOPS     = 0.000000", f"  cpu clock time  = {wall_s:.6f} seconds", "  cpu MFLOPS      = 0.000000",
+            "  wall MFLOPS     = 0.000000", f"  cpu clock time  = {cpu_s:.6f} seconds", "  cpu MFLOPS      = 0.000000",
             ""]
 
 
-def write(out: TimedText, steps: Sequence[tuple[float, float]], *, nranks: int, n: int = 25,
+def write(out: TimedText, steps: Sequence[tuple[float, float]], *, nranks: int, n: int = 32,
           gmres_iterations: Sequence[int] = (16, 6, 5, 4, 3)) -> None:
-    """AMG2013 ``-problem 2 -n n n n -printstats``: one ``Solver:`` block per time step, each with
-    ``len(gmres_iterations)`` GMRES solves; ``read`` gives back one step per (start, end)."""
+    """AMG 1.1 ``-P Px Py Pz -n n n n -problem 2 -printstats``: one ``Solver:`` block per time step
+    (BoomerAMG setup statistics, then ``len(gmres_iterations)`` GMRES solves: the driver's first
+    solve to tolerance and its four fixed-iteration solves); ``read`` gives back one step per
+    (start, end). AMG 1.1 prints no per-step time: the cumulative block's wall clock time is the
+    sum of the steps."""
     spans = check_steps(steps)
     px, py, pz = _grid(nranks)
+    levels = _hierarchy(px * n, py * n, pz * n)
     t0, t_end = spans[0][0], spans[-1][1]
     out.at(t0, RUN_HEADER, "  solver ID    = 3", "", "  Laplacian_27pt:",
            f"    (Nx, Ny, Nz) = ({px * n}, {py * n}, {pz * n})", f"    (Px, Py, Pz) = ({px}, {py}, {pz})", "")
-    out.at(t0, *_timing_block("Generate Matrix:", "Spatial Operator", 0.0),
+    out.at(t0, *_timing_block("Generate Matrix:", "Spatial Operator", 0.0, 0.0),
            "  RHS vector has unit components", "  Initial guess is 0")
-    out.at(t0, *_timing_block("IJ Vector Setup:", "RHS and Initial Guess", 0.0))
+    out.at(t0, *_timing_block("IJ Vector Setup:", "RHS and Initial Guess", 0.0, 0.0))
     residual = 1e-8
-    for start, end in spans:
+    for step, (start, end) in enumerate(spans):
         out.at(start, "Solver: AMG-GMRES")
         body = ["HYPRE_GMRESGetPrecond got good precond", "", "",
-                f" Num MPI tasks = {nranks}  Num OpenMP threads = 1", "", "", *_SETUP_PARAMETERS]
+                f" Num MPI tasks = {nranks}  Num OpenMP threads = 1", "", "", "BoomerAMG SETUP PARAMETERS:", "",
+                " Max levels = 25", f" Num levels = {len(levels)}", "", *_SETUP_PARAMETERS,
+                *_setup_stats(levels, step), *_solver_parameters(9 if levels[-1][0] <= 9 else 18)]
         for k, iterations in enumerate(gmres_iterations):
-            residual = 5e-9 / 100.0 ** k
+            residual = 5e-9 / 100.0 ** k * (1 + 0.3 * step)
             body += ["", f"GMRES Iterations = {iterations}", f"Final GMRES Relative Residual Norm = {residual:e}", ""]
         out.spread(start, end, body)
     total_iterations = len(spans) * sum(gmres_iterations)
-    out.at(t_end, *_timing_block("Problem 2: Cumulative AMG-GMRES Solve Time:", "GMRES Solve", t_end - t0), "",
+    wall = t_end - t0
+    out.at(t_end, *_timing_block("Problem 2: Cumulative AMG-GMRES Solve Time:", "GMRES Solve", wall, wall), "",
            f"No. of Time Steps = {len(spans)}", f"Cum. No. of Iterations = {total_iterations}",
            f"Final Relative Residual Norm = {residual:e}", "", "",
            "nnz AP * (Iterations + time_steps) / Total Time: ", "",
