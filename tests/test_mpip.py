@@ -241,3 +241,27 @@ def test_write_rejects_inconsistent_input(tmp_path: Path):
         mpip.write(tmp_path / "x.mpiP", command="x", hosts=["a", "b"], app_time_s=[1.0, 1.0],
                    routine_time_s={"Send": [0.1]}, routine_count={"Send": [1]},
                    start=datetime(2024, 1, 1), stop=datetime(2024, 1, 1))
+
+
+def test_one_profile_per_run_from_several_launches(samples: Path, tmp_path: Path):
+    """A job that launches the application several times (miniVite's repetitions) leaves one
+    report per launch: collation sums them per routine; one report stays as mpiP wrote it."""
+    from hpcvar.collate import _mpi_profile
+
+    src = samples / "mpiP" / MILC
+    one = _mpi_profile("r", [src])
+    rep = mpip.read(src)
+    assert list(one["time_s"]) == list(rep.routines["time_s"]) and list(one["mpi_pct"]) == list(rep.routines["mpi_pct"])
+    copies = []
+    for i in (1, 2):
+        copies.append(tmp_path / f"app.{i}.mpiP")
+        copies[-1].write_bytes(src.read_bytes())
+    two = _mpi_profile("r", copies).set_index("routine")
+    single = one.set_index("routine")
+    assert two["time_s"].to_dict() == pytest.approx((2 * single["time_s"]).to_dict())
+    assert two["calls"].to_dict() == (2 * single["calls"]).to_dict()
+    assert two["app_time_s"].iloc[0] == pytest.approx(2 * rep.app_time_s)
+    assert two["mpi_time_s"].iloc[0] == pytest.approx(2 * rep.mpi_time_s)
+    # Each routine's share of the summed MPI time: what one launch's report says, to its rounding.
+    assert two["mpi_pct"].to_dict() == pytest.approx((100 * single["time_s"] / rep.mpi_time_s).to_dict())
+    assert set(two["ntasks"]) == {rep.ntasks}

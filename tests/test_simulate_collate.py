@@ -20,7 +20,7 @@ from conftest import SALT
 from hpcvar.anonymise import Pseudonymiser
 from hpcvar.collate import collate
 from hpcvar.dataset import Dataset
-from hpcvar.parsers import detect, inspect, ldms
+from hpcvar.parsers import apps, detect, inspect, ldms
 from hpcvar.simulate import simulate, write_manifest
 from hpcvar.simulate.presets import get_preset
 from hpcvar.topology import LOCALITY_CLASSES
@@ -210,8 +210,8 @@ def test_io_router_traffic_leads_milc_slowdowns(demo):
     data = data.sort_values(["run_id", "step"])
     data["io_prev"] = np.log(data.groupby("run_id")["value"].shift(2))
     forecastable = [n for n, d in truth["datasets"].items() if d["io_forecastable"]]
-    milc = data[data["dataset"].isin(forecastable)].dropna()
-    others = data[~data["dataset"].isin(forecastable)].dropna()
+    milc = data[data["dataset"].isin(forecastable)].dropna(subset=["io_prev", "dev"])
+    others = data[~data["dataset"].isin(forecastable)].dropna(subset=["io_prev", "dev"])
     r_milc = np.corrcoef(centred(milc, "io_prev"), milc["dev"])[0, 1]
     r_other = np.corrcoef(centred(others, "io_prev"), others["dev"])[0, 1]
     assert r_milc > 0.2 and r_milc > r_other + 0.1, (r_milc, r_other)
@@ -471,3 +471,34 @@ def test_a_run_shorter_than_a_second_still_has_neighbours():
     # The other job's own times are kept (the forecaster's neighbour presence reads them);
     # it had no End yet when sacct was asked.
     assert got["start"].tolist() == [t] and pd.isna(got["end"].iloc[0])
+
+
+@pytest.mark.parametrize("how", ["killed job", "passed run"])
+def test_truncated_application_output_keeps_its_completed_steps(small_raw, tmp_path, how):
+    """A run whose application output ends mid-step: a failed run (the job was killed; ReFrame
+    failed its sanity) records why and the steps completed before the cut; a run that claims to
+    have passed is quarantined with the same. Nothing else is lost."""
+    run = next(r for r in sorted((small_raw / "runs").iterdir())
+               if json.loads((r / "manifest.json").read_text())["app"] == "milc")
+    stdout = run / "stdout.txt"
+    full = apps.read(stdout).steps
+    lines = stdout.read_text().splitlines(keepends=True)
+    cut = next(i for i, line in enumerate(lines) if line.split(" ", 1)[1].startswith("PLAQ:")
+               and float(line.split(" ", 1)[0]) >= full["end"].iloc[2]) + 5  # inside trajectory 4
+    stdout.write_text("".join(lines[:cut]))
+    meta = {k: v for k, v in json.loads((run / "manifest.json").read_text()).items() if k != "files"}
+    if how == "killed job":
+        meta.update(result="fail", fail_phase="sanity")
+    write_manifest(run, meta)
+    ds_dir = tmp_path / "dataset"
+    result = collate(small_raw, ds_dir, Pseudonymiser(SALT))
+    records = result.failed if how == "killed job" else result.quarantined
+    (entry,) = [r for r in records if r["run_id"] == run.name]
+    message = entry["output"] if how == "killed job" else entry["error"]
+    assert message.startswith("truncated: the trajectory loop started at line")
+    assert (entry["output_line"] if how == "killed job" else entry["line"]) == cut
+    kept = pd.DataFrame(entry["completed_steps"])
+    assert list(kept["step"]) == [1, 2, 3]
+    assert list(kept["duration_s"]) == pytest.approx(list(full["duration_s"].iloc[:3]))
+    assert run.name not in Dataset(ds_dir).run_ids() and len(result.new_runs) > 0
+    assert entry in Dataset(ds_dir).quarantine()

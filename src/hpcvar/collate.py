@@ -28,7 +28,7 @@ from hpcvar.anonymise import Pseudonymiser
 from hpcvar.dataset import Dataset
 from hpcvar.parsers import apps, ldms, microbenchmarks, mpip, node_counters, reframe, sacct
 from hpcvar.parsers import counters as counter_files
-from hpcvar.parsers.errors import ParseError
+from hpcvar.parsers.errors import ParseError, TruncatedOutput
 from hpcvar.progress import Progress
 from hpcvar.simulate import sha256
 from hpcvar.topology import Topology
@@ -272,6 +272,7 @@ def collate_run(run_dir: Path, system: SystemInfo, topo: Topology, meta: dict) -
                    "kind": "failed-run", "start": _iso(me.get("start")), "end": _iso(me.get("end"))}
         if meta.get("result") == "fail":
             failure["reframe"] = f"{meta.get('fail_phase')} failed"
+        failure.update(_output_of_failed_run(run_dir, meta))
         return failure
     nodes = list(me["node_list"])
     unknown = topo.unknown_nodes(nodes)
@@ -307,7 +308,8 @@ def collate_run(run_dir: Path, system: SystemInfo, topo: Topology, meta: dict) -
         "run_id": run_id, "step": steps["step"].astype("int32"),
         "start": pd.to_datetime(steps["start"], unit="s", utc=True).dt.round("us"),
         "end": pd.to_datetime(steps["end"], unit="s", utc=True).dt.round("us"),
-        "duration_s": steps["duration_s"].astype(float)})
+        "duration_s": steps["duration_s"].astype(float),
+        "reported_s": steps["reported_s"].astype(float)})
     step_counters = pd.DataFrame(columns=["run_id", "step", "counter", "value"])
     if (run_dir / "counters.csv").exists():
         long = counter_files.read(run_dir / "counters.csv")
@@ -315,16 +317,54 @@ def collate_run(run_dir: Path, system: SystemInfo, topo: Topology, meta: dict) -
             raise ParseError(run_dir / "counters.csv",
                              f"{long['step'].nunique()} steps of counters but {len(steps)} steps in stdout.txt")
         step_counters = long.assign(run_id=run_id)[["run_id", "step", "counter", "value"]]
-    mpi = pd.DataFrame(columns=["run_id", "routine", "time_s", "calls", "mpi_pct", "app_time_s", "mpi_time_s", "ntasks"])
-    reports = sorted(run_dir.glob("*.mpiP"))
-    if reports:
-        rep = mpip.read(reports[0])
-        r = rep.routines
-        mpi = pd.DataFrame({"run_id": run_id, "routine": r["routine"], "time_s": r["time_s"],
-                            "calls": r["count"] if "count" in r else None, "mpi_pct": r["mpi_pct"],
-                            "app_time_s": rep.app_time_s, "mpi_time_s": rep.mpi_time_s, "ntasks": rep.ntasks})
+    mpi = _mpi_profile(run_id, sorted(run_dir.glob("*.mpiP")))
     run.update(total_time_s=float(steps["duration_s"].sum()), num_steps=len(steps))
     return RunData(run, steps, step_counters, mpi, neigh, my_routers)
+
+
+def _output_of_failed_run(run_dir: Path, meta: dict) -> dict:
+    """What a failed application run's own output says: why it stopped where it did (a killed
+    job's output is truncated: the reason, with file and line) and the steps it completed before,
+    kept in the failure record (quarantine.jsonl) although the run is not data."""
+    stdout = run_dir / "stdout.txt"
+    if meta.get("kind") == "microbenchmark" or not stdout.exists():
+        return {}
+    try:
+        out = apps.read(stdout)
+    except TruncatedOutput as exc:
+        return {"output": exc.message, "output_line": exc.line, "completed_steps": exc.completed}
+    except ParseError as exc:
+        return {"output": exc.message, "output_line": exc.line}
+    return {"output": f"complete application output with {len(out.steps)} steps"}
+
+
+def _mpi_profile(run_id: str, paths: list[Path]) -> pd.DataFrame:
+    """The run's mpiP profile: its report as mpiP wrote it, or, for a job that launched the
+    application several times (one report per launch: miniVite's repetitions), their sum per
+    routine, with each routine's share of the summed MPI time."""
+    columns = ["run_id", "routine", "time_s", "calls", "mpi_pct", "app_time_s", "mpi_time_s", "ntasks"]
+    if not paths:
+        return pd.DataFrame(columns=columns)
+    reports = [mpip.read(p) for p in paths]
+    if len(reports) == 1:
+        rep = reports[0]
+        r = rep.routines
+        return pd.DataFrame({"run_id": run_id, "routine": r["routine"], "time_s": r["time_s"],
+                             "calls": r["count"] if "count" in r else None, "mpi_pct": r["mpi_pct"],
+                             "app_time_s": rep.app_time_s, "mpi_time_s": rep.mpi_time_s, "ntasks": rep.ntasks})
+    for path, rep in zip(paths[1:], reports[1:]):
+        if rep.ntasks != reports[0].ntasks:
+            raise ParseError(path, f"mpiP report of {rep.ntasks} tasks beside one of {reports[0].ntasks} "
+                                   f"({paths[0].name}) in the same run", 1)
+    routines = pd.concat([r.routines.reindex(columns=["routine", "time_s", "count"]) for r in reports])
+    summed = routines.groupby("routine", sort=False).agg(time_s=("time_s", "sum"),
+                                                         calls=("count", lambda c: c.sum(min_count=1)))
+    summed = summed.sort_values("time_s", ascending=False).reset_index()
+    mpi_time = sum(r.mpi_time_s for r in reports)
+    return pd.DataFrame({"run_id": run_id, "routine": summed["routine"], "time_s": summed["time_s"],
+                         "calls": summed["calls"], "mpi_pct": 100 * summed["time_s"] / mpi_time,
+                         "app_time_s": sum(r.app_time_s for r in reports), "mpi_time_s": mpi_time,
+                         "ntasks": reports[0].ntasks})
 
 
 def system_counters(ldms_dir: Path, topo: Topology, runs: list[RunData], result: CollateResult) -> pd.DataFrame:

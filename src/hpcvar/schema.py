@@ -104,7 +104,10 @@ STEPS = Table(
         _c("step", pa.int32(), "1-based step index.", False),
         _c("start", TS, "Step start (from the timestamped application output)."),
         _c("end", TS, "Step end."),
-        _c("duration_s", pa.float64(), "Step duration in seconds.", False),
+        _c("duration_s", pa.float64(), "Step duration in seconds: end - start of the timestamped output, "
+                                         "else the application's own figure.", False),
+        _c("reported_s", pa.float64(), "The application's own printed time for the step (its timer: AMG's "
+                                         "solve time, MILC's trajectory time, ...); null where it prints none."),
     ),
 )
 

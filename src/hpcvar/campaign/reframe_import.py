@@ -213,7 +213,8 @@ def import_case(case: dict, session: dict, raw: Path, sacct: str = "sacct", ldms
     app = MICROBENCHMARKS.get(program) or str(case.get("app_name") or program)
     manifest = {
         "run_id": run_id, "app": app, "dataset": case["dataset"], "kind": kind,
-        "input": " ".join(map(str, case.get("executable_opts") or [])),
+        # The app's own arguments (AppRun's app_input), not the launch wrappers around them.
+        "input": case.get("app_input") or " ".join(map(str, case.get("executable_opts") or [])),
         "num_nodes": int(case.get("num_nodes") or len(case.get("job_nodelist") or []) or 1),
         "job_id": str(case["jobid"]), "software": case.get("software") or None,
         "container": case.get("container") or None,
