@@ -214,8 +214,16 @@ def cmd_campaign(a) -> int:
     from hpcvar.campaign import rounds
 
     if a.action == "round":
+        environment = {}
+        for item in a.env:
+            key, sep, value = item.partition("=")
+            if not sep or not key:
+                raise SystemExit(f"hpcvar campaign round: --env {item!r}: expected NAME=VALUE")
+            environment[key] = value
+        alongside = {"test": a.alongside, "options": a.alongside_option} if a.alongside else None
         return rounds.run_round(a.report, config=a.reframe_config, system=a.system, checks=a.checks,
-                                tests=a.tests, options=a.option, prefix=a.prefix)
+                                tests=a.tests, options=a.option, prefix=a.prefix, environment=environment,
+                                alongside=alongside)
     if a.action == "request":
         print(f"round {rounds.request(a.results, a.id)} requested: run the workflow to run it")
         return 0
@@ -464,6 +472,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--tests", action="append", default=[], help="test name pattern, -n (repeatable)")
     s.add_argument("--option", action="append", default=[], help="extra ReFrame argument (repeatable)")
     s.add_argument("--prefix", default="results/reframe", help="ReFrame output prefix (rounds/<id> below it)")
+    s.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                   help="environment variable for ReFrame, e.g. HPCVAR_RFM_SIZE=toy (repeatable)")
+    s.add_argument("--alongside", metavar="TEST",
+                   help="ReFrame test started as a job of its own before the round and cancelled after it "
+                        "(e.g. Aggressor): a known neighbour of every run")
+    s.add_argument("--alongside-option", action="append", default=[], metavar="ARG",
+                   help="extra ReFrame argument of the job alongside (repeatable)")
     s.set_defaults(func=cmd_campaign)
     s = camp.add_parser("request", help="ask for one more round; the next workflow invocation runs it")
     s.add_argument("--results", default="results")

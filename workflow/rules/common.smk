@@ -100,6 +100,10 @@ def campaign_args():
     args += [a for p in c["checks"] for a in ("--checks", p)]
     args += [a for t in c["tests"] for a in ("--tests", t)]
     args += [f"--option={o}" for o in c["options"]]
+    args += [f"--env={k}={v}" for k, v in c["environment"].items()]
+    if c["alongside"]:
+        args += ["--alongside", c["alongside"]["test"]]
+        args += [f"--alongside-option={o}" for o in c["alongside"].get("options", [])]
     return " ".join(shlex.quote(a) for a in args)
 
 

@@ -21,6 +21,9 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]
+#: Variables of ``environment`` that name paths: relative ones are taken from the workflow's
+#: directory (ReFrame itself runs in the repository).
+PATH_VARIABLES = ("HPCVAR_SOURCE_MIRROR", "HPCVAR_BUILD_CACHE", "HPCVAR_SOURCES")
 
 
 def reframe_command(report: Path, config: str, system: str, checks: list[str], tests: list[str],
@@ -36,19 +39,78 @@ def reframe_command(report: Path, config: str, system: str, checks: list[str], t
     return [*cmd, "--exec-order=random", "--report-file", str(report), *options, "-r"]
 
 
+def alongside_command(test: str, config: str, system: str, checks: list[str], options: list[str],
+                      job_name: str, report: Path) -> list[str]:
+    """ReFrame running ``test`` (e.g. the suite's ``Aggressor``) as the job alongside a round."""
+    exe = Path(sys.executable).with_name("reframe")
+    cmd = [str(exe) if exe.exists() else "reframe", "-C", config, "--system", system]
+    for c in checks:
+        cmd += ["-c", c]
+    return [*cmd, "-R", "-n", rf"^{test}\b", "-J", f"job-name={job_name}", *options,
+            "--report-file", str(report), "-r"]
+
+
+def _start_alongside(alongside: dict, *, config: str, system: str, checks: list[str], env: dict,
+                     round_prefix: Path, job_name: str) -> subprocess.Popen:
+    """Start the job alongside and wait until Slurm runs it (or fail if it ends or never starts)."""
+    from hpcvar.campaign.interference import ExperimentRunError, wait_running
+
+    out = round_prefix / "alongside"
+    out.mkdir(parents=True, exist_ok=True)
+    cmd = alongside_command(alongside["test"], config, system, checks, list(alongside.get("options") or []),
+                            job_name, out / "reframe-report.json")
+    print("campaign round: alongside:", " ".join(cmd), flush=True)
+    log = open(out / "reframe.log", "w")
+    proc = subprocess.Popen(cmd, env={**env, "HPCVAR_RFM_PREFIX": str(out)}, cwd=REPO, stdout=log,
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        wait_running([job_name], [proc], float(alongside.get("start_timeout_s", 300)), env=env)
+    except ExperimentRunError as exc:
+        _stop_alongside(proc, job_name, env)
+        raise SystemExit(f"campaign round: the job alongside did not start: {exc}; see {out / 'reframe.log'}")
+    return proc
+
+
+def _stop_alongside(proc: subprocess.Popen, job_name: str, env: dict) -> None:
+    """Cancel the job alongside (the round is over) and let its ReFrame process finish."""
+    subprocess.run(["scancel", "--name", job_name], env=env, capture_output=True, timeout=60)
+    try:
+        proc.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
 def run_round(report: str | Path, *, config: str, system: str, checks: list[str], tests: list[str],
-              options: list[str], prefix: str | Path) -> int:
-    """Run one round; returns 0 when ReFrame wrote its report (failed tests included)."""
+              options: list[str], prefix: str | Path, environment: dict[str, str] | None = None,
+              alongside: dict | None = None) -> int:
+    """Run one round; returns 0 when ReFrame wrote its report (failed tests included).
+
+    ``environment`` is added to ReFrame's environment (``HPCVAR_RFM_SIZE``,
+    ``HPCVAR_SOURCE_MIRROR``, ...). ``alongside`` (``{test, options}``) starts that ReFrame test of
+    ``checks`` as a job of its own before the round and cancels it after: a known neighbour
+    (the suite's ``Aggressor``) in every run's neighbourhood.
+    """
     report = Path(report).resolve()
     prefix = Path(prefix).resolve()
     round_prefix = prefix / "rounds" / report.parent.name
-    env = {**os.environ, "HPCVAR_RFM_PREFIX": str(round_prefix), "HPCVAR_RFM_DB": str(prefix / "results.db")}
+    environment = {k: str(Path(v).resolve()) if k in PATH_VARIABLES and v else v
+                   for k, v in (environment or {}).items()}
+    env = {**os.environ, **environment, "HPCVAR_RFM_PREFIX": str(round_prefix),
+           "HPCVAR_RFM_DB": str(prefix / "results.db")}
     report.parent.mkdir(parents=True, exist_ok=True)
     partial = report.with_name(f".{report.name}.partial")
     partial.unlink(missing_ok=True)
     cmd = reframe_command(partial, config, system, checks, tests, options)
+    job_name = f"hpcvar-alongside-{report.parent.name}"
+    side = (_start_alongside(alongside, config=config, system=system, checks=checks, env=env,
+                             round_prefix=round_prefix, job_name=job_name) if alongside else None)
     print("campaign round:", " ".join(cmd), flush=True)
-    proc = subprocess.run(cmd, env=env, cwd=REPO)
+    try:
+        proc = subprocess.run(cmd, env=env, cwd=REPO)
+    finally:
+        if side is not None:
+            _stop_alongside(side, job_name, env)
     if not partial.exists():
         print(f"campaign round: ReFrame exited {proc.returncode} without a run report ({partial}); "
               "the round will be run again", file=sys.stderr)

@@ -470,9 +470,10 @@ class Builder:
                     fig = self.copy_figure("distributions", name, "step_ratio", "Step times relative to the same "
                                            "step's median", base / name / "step_ratio.svg")
                     part.figures += [fig] if fig else []
+                    # skew is undefined (null) without spread, e.g. one run per step so far
+                    skew = f"skew {st['skew']:.1f}" if st.get("skew") is not None else "no spread yet"
                     part.reading = (f"Step times span {st['p01']:.2f}x to {st['p99']:.2f}x of the same step's median "
-                                    f"(1st to 99th percentile; skew {st['skew']:.1f}); "
-                                    + _modes_text(st) + ".")
+                                    f"(1st to 99th percentile; {skew}); " + _modes_text(st) + ".")
             else:
                 for g in d.get("latency", []):
                     rows.append({"variable": f"{g['benchmark']} {g['operation']} {g['size_bytes']} B",

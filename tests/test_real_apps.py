@@ -1,0 +1,164 @@
+"""Every application of the suite for real: built from the source mirror (``../shared/sources``,
+no network), run toy-sized (``HPCVAR_RFM_SIZE=toy``: 1 node, 2 ranks) through its own ReFrame
+test on the ``local`` system (mpirun), every run profiled with mpiP, then imported and collated
+as a campaign round would be. IMB (the reference of the collectives) runs in the same session.
+
+The builds go into a build cache shared by the test session (``HPCVAR_BUILD_CACHE``), which the
+Slurm mini-campaign (tests/test_mini_campaign.py) reuses. What is checked against the programs'
+own reports: every per-step time hpcvar stores (``duration_s``, from the ``ts`` stamps of the
+output) against the application's own timer for that step (``reported_s``), and the steps'
+total against the run time mpiP measured for the tasks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from conftest import REPO, SOURCE_MIRROR, build_cache
+from hpcvar.dataset import Dataset
+from hpcvar.parsers import apps
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("real-apps")]
+
+SOURCES = yaml.safe_load((REPO / "reframe_tests" / "apps" / "sources.yaml").read_text())
+#: ReFrame test -> (sources.yaml entry, dataset prefix).
+APP_TESTS = {"AMG2013": ("amg2013", "amg"), "AMG2023": ("amg2023", "amg2023"), "MILC": ("milc", "milc"),
+             "MiniVite": ("minivite", "minivite"), "UMT": ("umt", "umt")}
+#: Per-step agreement of the stamped step times with the applications' own timers.
+STEP_TOLERANCE = 0.05
+#: ... or this much: ts stamps a line when mpirun (or srun) forwards it, a few ms late when both
+#: ranks keep both cores busy; that matters for miniVite's toy Louvain phases (0.05-0.2 s; its
+#: graph generation, which takes most of a repetition, is not part of a step).
+STAMP_JITTER_S = 0.020
+#: Applications that print one timer around all their steps, none per step (their READMEs).
+LOOP_TIMER_ONLY = ("AMG2013", "MILC")
+
+
+def reframe_env(prefix: Path, cache: Path) -> dict[str, str]:
+    return {**os.environ, "HPCVAR_RFM_SIZE": "toy", "HPCVAR_SOURCE_MIRROR": str(SOURCE_MIRROR),
+            "HPCVAR_BUILD_CACHE": str(cache), "HPCVAR_RFM_PREFIX": str(prefix)}
+
+
+def run_hpcvar(*args) -> subprocess.CompletedProcess:
+    out = subprocess.run([sys.executable, "-m", "hpcvar", *args], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return out
+
+
+@pytest.fixture(scope="module")
+def local_round(tmp_path_factory):
+    """One round of every application (and IMB) on `local`: ReFrame's report, raw dir, dataset."""
+    if not SOURCE_MIRROR.is_dir():
+        pytest.fail(f"source mirror not found at {SOURCE_MIRROR}; set HPCVAR_SOURCE_MIRROR")
+    work = tmp_path_factory.mktemp("real-local")
+    report = work / "report.json"
+    cmd = [str(Path(sys.executable).with_name("reframe")), "-C", "config/reframe/settings.py", "--system", "local",
+           "-c", "reframe_tests/apps", "-c", "reframe_tests/reference", "-R", "-S", "mpip=1",
+           "--report-file", str(report), "-r"]
+    out = subprocess.run(cmd, cwd=REPO, env=reframe_env(work / "rfm", build_cache(tmp_path_factory)),
+                         capture_output=True, text=True, timeout=2400)
+    assert report.exists(), out.stdout[-5000:] + out.stderr[-3000:]
+    run_hpcvar("import-reframe", str(report), "--raw", str(work / "raw"))
+    run_hpcvar("collate", str(work / "raw"), "--out", str(work / "dataset"))
+    cases = [c for run in json.loads(report.read_text())["runs"] for c in run["testcases"]]
+    return {"cases": cases, "log": out.stdout, "raw": work / "raw", "dataset": Dataset(work / "dataset")}
+
+
+def case(local_round, test: str) -> dict:
+    found = [c for c in local_round["cases"] if c["display_name"].split(" ")[0] == test and not c.get("fixture")]
+    assert len(found) == 1, f"{test}: {len(found)} test cases in the report"
+    return found[0]
+
+
+@pytest.mark.parametrize("test", [*APP_TESTS, "IMBCollectives"])
+def test_every_code_builds_from_the_mirror_and_passes_its_sanity(local_round, test):
+    c = case(local_round, test)
+    assert c["result"] == "pass", f"{test}: {c.get('fail_phase')} failed: {c.get('fail_reason')}"
+
+
+def test_every_build_records_the_mirror_archive_and_the_upstream_commit(local_round):
+    for test, (entry, _) in APP_TESTS.items():
+        software = case(local_round, test)["software"]
+        pin = SOURCES[entry]
+        assert software == (f"{entry} {pin['version']} {pin['git']} {pin['commit']} "
+                            f"mirror:{pin['mirror']} sha256:{pin['mirror_sha256']}"), test
+
+
+@pytest.fixture(scope="module")
+def tables(local_round):
+    ds = local_round["dataset"]
+    return {t: ds.read(t) for t in ("runs", "steps", "mpi_profile")}
+
+
+@pytest.mark.parametrize("test", list(APP_TESTS))
+def test_one_dataset_per_application_with_the_steps_its_test_expects(local_round, tables, test):
+    entry, prefix = APP_TESTS[test]
+    c = case(local_round, test)
+    runs = tables["runs"]
+    mine = runs[runs["dataset"] == f"{prefix}-1"]
+    assert len(mine) == 1 and mine["state"].iloc[0] == "COMPLETED"
+    assert mine["num_steps"].iloc[0] == c["expected_steps"]
+    assert mine["input"].iloc[0] == c["app_input"]  # the app's arguments, not the launch wrappers
+    # One dataset per application and version: nothing else shares the name.
+    assert mine["software"].iloc[0].split()[:2] == [entry, SOURCES[entry]["version"]]
+
+
+@pytest.mark.parametrize("test", list(APP_TESTS))
+def test_stored_step_times_match_the_applications_own_timers(local_round, tables, test):
+    """Per step where the application times each step (AMG2023's solve, UMT's cycle, miniVite's
+    repetition); over the timed loop where it has one timer around all steps (AMG 1.1: the six
+    time steps; MILC 7.8.1: warm-ups and trajectories, no per-trajectory timer)."""
+    _, prefix = APP_TESTS[test]
+    runs, steps = tables["runs"], tables["steps"]
+    run_id = runs.loc[runs["dataset"] == f"{prefix}-1", "run_id"].iloc[0]
+    mine = steps[steps["run_id"] == run_id].sort_values("step")
+    own = apps.read(local_round["raw"] / runs.loc[runs["run_id"] == run_id, "raw_dir"].iloc[0] / "stdout.txt")
+    stamped = mine["duration_s"].sum()
+    if test in LOOP_TIMER_ONLY:
+        assert mine["reported_s"].isna().all()
+        if test == "MILC":
+            # The loop timer also covers the warm-up trajectory and the last measurement: the
+            # stamped trajectories lie inside it and make up most of it.
+            assert own.total_s * 0.5 <= stamped <= own.total_s * (1 + STEP_TOLERANCE), (stamped, own.total_s)
+        else:
+            assert abs(stamped - own.total_s) <= STEP_TOLERANCE * own.total_s, (stamped, own.total_s)
+        return
+    assert mine["reported_s"].notna().all(), f"{test}: the app's own step timer was not stored"
+    diff = (mine["duration_s"] - mine["reported_s"]).abs()
+    rel = diff / mine["reported_s"]
+    assert ((rel <= STEP_TOLERANCE) | (diff <= STAMP_JITTER_S)).all(), (
+        f"{test}: stamped step times differ from the app's own by more than {STEP_TOLERANCE:.0%}:\n"
+        f"{mine[['step', 'duration_s', 'reported_s']].assign(rel=rel).to_string()}")
+    # The stored figures are the ones in the run's own output file.
+    assert list(own.steps["reported_s"]) == pytest.approx(list(mine["reported_s"]))
+
+
+@pytest.mark.parametrize("test", list(APP_TESTS))
+def test_real_mpip_reports_reach_mpi_profile(local_round, tables, test):
+    _, prefix = APP_TESTS[test]
+    runs, prof = tables["runs"], tables["mpi_profile"]
+    run = runs[runs["dataset"] == f"{prefix}-1"].iloc[0]
+    mine = prof[prof["run_id"] == run["run_id"]]
+    assert len(mine) > 0, f"{test}: no mpiP rows"
+    assert (mine["ntasks"] == 2).all() and (mine["calls"] > 0).all()
+    # mpiP's AppTime (MPI_Init to MPI_Finalize, summed over the tasks) covers the time steps.
+    per_task = mine["app_time_s"].iloc[0] / 2
+    assert run["total_time_s"] <= per_task * 1.05, (run["total_time_s"], per_task)
+    assert mine["mpi_time_s"].iloc[0] <= mine["app_time_s"].iloc[0]
+
+
+def test_imb_measures_what_collectives_measures(local_round):
+    c = case(local_round, "IMBCollectives")
+    table = apps.read(Path(c["stagedir"]) / "rfm_job.out").table
+    assert set(table["benchmark"]) == {"Bcast", "Reduce", "Alltoall", "Allreduce"}
+    assert set(table["size_bytes"]) == {8, 1024, 65536}
+    assert (table["processes"] == 2).all()
+    assert (table["repetitions"] == 200).all()
