@@ -20,7 +20,8 @@ from hpcvar.anonymise import Pseudonymiser
 from hpcvar.collate import collate
 from hpcvar.dataset import Dataset
 from hpcvar.parsers import apps, sacct
-from hpcvar.simulate import _Campaign, write_manifest
+from hpcvar.rawlayout import write_manifest
+from hpcvar.simulate import _Campaign
 from hpcvar.simulate.presets import get_preset
 from hpcvar.topology import LOCALITY_DFPLUS_CLASSES, Topology
 

@@ -1,6 +1,7 @@
-"""Interference what-if experiments (hpcvar.simulate.interference): the experiment file, placement
-policies on any Topology, the dragonfly's routes and loads, and the Union/CODES hybrid-workload
-study's qualitative findings reproduced by the flow-level model at two seeds each:
+"""Interference what-if experiments: the experiment file (hpcvar.experiments.spec), placement
+policies on any Topology (hpcvar.experiments.placement), the dragonfly's routes and loads
+(hpcvar.simulate.interference), and the Union/CODES hybrid-workload study's qualitative findings
+reproduced by the flow-level model at two seeds each:
 
 (a) random-group placement confines the aggressors' traffic: lower victim latency slowdown than
     random-node placement;
@@ -19,9 +20,12 @@ import pytest
 import yaml
 
 from hpcvar.cli import main
+from hpcvar.experiments.placement import Placement, PlacementError, place, place_jobs
+from hpcvar.experiments.spec import (
+    ExperimentError, JobSpec, SystemSpec, load_experiment, parse_bytes, parse_experiment,
+)
 from hpcvar.simulate.interference import (
-    GLOBAL, LOCAL, DragonflyNetwork, ExperimentError, JobSpec, JobTraffic, Placement, PlacementError, SystemSpec,
-    load_experiment, parse_bytes, parse_experiment, place, place_jobs, run_experiment, simulate_workload,
+    GLOBAL, LOCAL, DragonflyNetwork, JobTraffic, run_experiment, simulate_workload,
 )
 from hpcvar.topology import Topology
 

@@ -21,7 +21,7 @@ import hostlist
 import yaml
 
 from hpcvar.campaign import interference as real
-from hpcvar.simulate.interference import ExperimentError, SlurmSpec, parse_experiment
+from hpcvar.experiments.spec import ExperimentError, SlurmSpec, parse_experiment
 from hpcvar.topology import Topology
 
 REPO = Path(__file__).resolve().parents[1]

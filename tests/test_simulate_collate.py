@@ -21,7 +21,8 @@ from hpcvar.anonymise import Pseudonymiser
 from hpcvar.collate import collate
 from hpcvar.dataset import Dataset
 from hpcvar.parsers import apps, detect, inspect, ldms
-from hpcvar.simulate import simulate, write_manifest
+from hpcvar.rawlayout import write_manifest
+from hpcvar.simulate import simulate
 from hpcvar.simulate.presets import get_preset
 from hpcvar.topology import LOCALITY_CLASSES
 

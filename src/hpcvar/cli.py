@@ -36,6 +36,7 @@ def cmd_collate(a) -> int:
     from hpcvar.summary import format_summary
 
     from hpcvar.dataset import COLLATED, Dataset
+    from hpcvar.fileio import atomic_write_json
     from hpcvar.schema import SchemaError
 
     pseudo = Pseudonymiser(load_salt(a.salt_file) if a.anonymise else None, enabled=a.anonymise)
@@ -48,9 +49,7 @@ def cmd_collate(a) -> int:
         return 2
     r = result.as_dict()
     Path(a.out).mkdir(parents=True, exist_ok=True)
-    tmp = Path(a.out) / f".{COLLATED}.tmp"
-    tmp.write_text(json.dumps({"raw": str(a.raw), "rebuilt": a.rebuild, **r}, indent=1, default=str))
-    tmp.replace(Path(a.out) / COLLATED)
+    atomic_write_json(Path(a.out) / COLLATED, {"raw": str(a.raw), "rebuilt": a.rebuild, **r}, default=str)
     print(f"collated {r['new_runs']} new runs ({r['skipped_already_collated']} already collated, "
           f"{len(r['incomplete'])} incomplete, {len(r['failed'])} failed, {len(r['quarantined'])} quarantined)")
     for q in result.quarantined:
@@ -111,15 +110,29 @@ def cmd_analysis(a) -> int:
     if a.config:
         import yaml
 
-        config = yaml.safe_load(Path(a.config).read_text()) or {}
-        config = config.get(a.cmd, config)
+        config = analysis_settings(yaml.safe_load(Path(a.config).read_text()) or {}, a.cmd)
     config.update({k: yaml_value(v) for k, v in _kv(a.set).items()})
+    unknown = sorted(set(config) - set(module.DEFAULTS))
+    if unknown:
+        raise SystemExit(f"hpcvar {a.cmd}: unknown settings {unknown}"
+                         f"{f' in {a.config}' if a.config else ''}; known: {', '.join(sorted(module.DEFAULTS))}")
     summary = module.run(a.dataset, a.out, config)
     from hpcvar import tracking
 
     print(f"{a.cmd}: {len(summary['datasets'])} datasets -> {Path(a.out) / 'summary.json'} "
           f"(MLflow: {tracking.tracking_uri(a.dataset)}, experiment {tracking.EXPERIMENTS[a.cmd]})")
     return 0
+
+
+def analysis_settings(doc: dict, name: str) -> dict:
+    """The settings of analysis ``name`` in a YAML document: the workflow's configuration file
+    (its ``analyses: {name: ...}`` section; none there: the defaults), a file with a ``name:``
+    section, or a file of that analysis's settings alone."""
+    if isinstance(doc.get("analyses"), dict):
+        return dict(doc["analyses"].get(name) or {})
+    if isinstance(doc.get(name), dict):
+        return dict(doc[name])
+    return dict(doc)
 
 
 def yaml_value(text: str):
@@ -246,8 +259,9 @@ def cmd_dev(a) -> int:
 
 
 def cmd_interference(a) -> int:
+    from hpcvar.experiments.placement import PlacementError
     from hpcvar.parsers.errors import ParseError
-    from hpcvar.simulate.interference import PlacementError, simulate_experiment
+    from hpcvar.simulate.interference import simulate_experiment
 
     overrides = {k: yaml_value(v) for k, v in _kv(a.set).items()}
     try:
@@ -269,8 +283,8 @@ def cmd_interference_run(a) -> int:
     from hpcvar.anonymise import Pseudonymiser, load_salt
     from hpcvar.campaign.interference import ExperimentRunError, run
     from hpcvar.collate import collate
+    from hpcvar.experiments.spec import load_experiment
     from hpcvar.parsers.errors import ParseError
-    from hpcvar.simulate.interference import load_experiment
 
     overrides = {k: yaml_value(v) for k, v in _kv(getattr(a, "set", [])).items()}
     out = Path(a.out)
@@ -347,7 +361,9 @@ def build_parser() -> argparse.ArgumentParser:
         s = sub.add_parser(name, help=text, description=f"{text}. Logs to MLflow and writes OUT/summary.json.")
         s.add_argument("dataset", help="dataset directory written by `hpcvar collate`")
         s.add_argument("--out", required=True, help="directory for summary.json, tables and figures")
-        s.add_argument("--config", help=f"YAML file with the settings (its '{name}:' section if present)")
+        s.add_argument("--config", help=f"YAML file with the settings: the workflow's config/config.yaml (its "
+                                        f"'analyses: {name}:' section), a file with a '{name}:' section, or the "
+                                        f"settings alone; unknown settings are refused")
         s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                        help="override one setting, e.g. --set folds=5 (value is YAML; repeatable)")
         s.set_defaults(func=cmd_analysis)

@@ -1,11 +1,12 @@
 """Raw campaign directory -> tidy dataset (``hpcvar collate RAW_DIR --out DATASET_DIR``).
 
-Reads the raw layout documented in ``docs/raw-layout.md``: ``system.yaml``, the topology map,
-``runs/<run_id>/`` directories (each complete only once its ``manifest.json`` exists), ReFrame
-perflogs, and LDMS store_csv files. For every run not yet in the dataset it parses the run's
-files; a run whose files are bad is quarantined as a whole (file, line, error) and the rest
-collate. Runs whose Slurm state is not COMPLETED are recorded as failed, not collated as data.
-System-wide LDMS counters are aggregated per run step in one streaming pass over the LDMS files.
+Reads the raw layout documented in ``docs/raw-layout.md`` (its shared files through
+:mod:`hpcvar.rawlayout`): ``system.yaml``, the topology map, ``runs/<run_id>/`` directories (each
+complete only once its ``manifest.json`` exists), ReFrame perflogs, and LDMS store_csv files. For
+every run not yet in the dataset it parses the run's files; a run whose files are bad is
+quarantined as a whole (file, line, error) and the rest collate. Runs whose Slurm state is not
+COMPLETED are recorded as failed, not collated as data. System-wide LDMS counters are aggregated
+per run step in one streaming pass over the LDMS files.
 
 Collation is idempotent: runs already in the dataset are skipped, so re-running gives identical
 tables, and appending a round never rewrites earlier parts.
@@ -13,7 +14,6 @@ tables, and appending a round never rewrites earlier parts.
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +21,6 @@ from pathlib import Path
 import hostlist
 import numpy as np
 import pandas as pd
-import yaml
 
 from hpcvar import aries, background
 from hpcvar.anonymise import Pseudonymiser
@@ -30,7 +29,7 @@ from hpcvar.parsers import apps, ldms, microbenchmarks, mpip, node_counters, ref
 from hpcvar.parsers import counters as counter_files
 from hpcvar.parsers.errors import ParseError, TruncatedOutput
 from hpcvar.progress import Progress
-from hpcvar.simulate import sha256
+from hpcvar.rawlayout import MANIFEST, SystemInfo, is_complete, read_manifest
 from hpcvar.topology import Topology
 
 
@@ -67,48 +66,11 @@ class CollateResult:
                 "ldms_files": self.ldms_files}
 
 
-class SystemInfo:
-    """``system.yaml`` of a raw campaign directory."""
-
-    def __init__(self, raw: Path):
-        path = raw / "system.yaml"
-        if not path.exists():
-            raise ParseError(path, "missing: every raw campaign directory needs a system.yaml "
-                                   "(system, timezone, topology[, ldms])")
-        doc = yaml.safe_load(path.read_text()) or {}
-        for key in ("system", "topology"):
-            if key not in doc:
-                raise ParseError(path, f"missing key {key!r}")
-        self.name = str(doc["system"])
-        self.timezone = str(doc.get("timezone", "UTC"))
-        self.topology = raw / doc["topology"]
-        self.ldms = raw / doc["ldms"] if doc.get("ldms") else None
-        self.io_routers = doc.get("io_routers", [])
-
-
 def to_utc(ts: pd.Series | pd.Timestamp, tz: str):
     """sacct prints local wall-clock time of the cluster: localise, then convert to UTC."""
     if isinstance(ts, pd.Series):
         return ts.dt.tz_localize(tz, ambiguous="NaT", nonexistent="shift_forward").dt.tz_convert("UTC")
     return ts.tz_localize(tz, ambiguous="NaT", nonexistent="shift_forward").tz_convert("UTC")
-
-
-def _check_manifest(run_dir: Path) -> dict:
-    path = run_dir / "manifest.json"
-    try:
-        meta = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ParseError(path, f"invalid JSON: {exc.msg}", exc.lineno) from exc
-    for key in ("run_id", "app", "dataset", "num_nodes", "job_id", "files"):
-        if key not in meta:
-            raise ParseError(path, f"manifest lacks {key!r}")
-    for name, digest in meta["files"].items():
-        f = run_dir / name
-        if not f.exists():
-            raise ParseError(f, "listed in manifest.json but missing")
-        if sha256(f) != digest:
-            raise ParseError(f, "checksum differs from manifest.json: the file changed after the run")
-    return meta
 
 
 def _iso(ts) -> str | None:
@@ -170,7 +132,7 @@ def _background(jobs: pd.DataFrame | None, me: pd.Series, topo: Topology) -> dic
 def _job_from_manifest(run_dir: Path, meta: dict) -> pd.Series:
     """Our job as the manifest records it, for runs without a batch scheduler's accounting
     (ReFrame's local scheduler): there is no sacct, so no neighbourhood either."""
-    path = run_dir / "manifest.json"
+    path = run_dir / MANIFEST
     job = meta.get("job")
     if not isinstance(job, dict) or job.get("scheduler") != "local":
         raise ParseError(run_dir / "sacct.txt", "missing: a run on a batch scheduler needs the sacct output of its "
@@ -217,7 +179,7 @@ def _microbenchmark_tables(run_dir: Path, run_id: str) -> tuple[pd.DataFrame, pd
             hist.append(pd.DataFrame({"kind": t["kind"], "pair": pair, "bin": t["bin"], "lower_us": t["lower_us"],
                                       "upper_us": t["upper_us"], "count": t["count"]}))
     if not lat and not hist:
-        raise ParseError(run_dir / "manifest.json", "a microbenchmark run without hpcvar microbenchmark CSV files")
+        raise ParseError(run_dir / MANIFEST, "a microbenchmark run without hpcvar microbenchmark CSV files")
     latency = pd.concat(lat, ignore_index=True).assign(run_id=run_id) if lat else pd.DataFrame()
     histograms = pd.concat(hist, ignore_index=True).assign(run_id=run_id) if hist else pd.DataFrame()
     return latency, histograms
@@ -268,7 +230,7 @@ def collate_run(run_dir: Path, system: SystemInfo, topo: Topology, meta: dict) -
     if me["state"] != "COMPLETED" or meta.get("result") == "fail":
         # A job Slurm completed but ReFrame failed (wrong answer, missing output) is not data either.
         failure = {"run_id": run_id, "dataset": meta["dataset"], "job_id": str(meta["job_id"]),
-                   "state": me["state"], "file": str(sacct_path if jobs is not None else run_dir / "manifest.json"),
+                   "state": me["state"], "file": str(sacct_path if jobs is not None else run_dir / MANIFEST),
                    "kind": "failed-run", "start": _iso(me.get("start")), "end": _iso(me.get("end"))}
         if meta.get("result") == "fail":
             failure["reframe"] = f"{meta.get('fail_phase')} failed"
@@ -492,11 +454,11 @@ def collate(raw: str | Path, out: str | Path, pseudonymise: Pseudonymiser) -> Co
     bar = Progress("collate: runs", len(run_dirs))
     for run_dir in run_dirs:
         bar.step()
-        if not (run_dir / "manifest.json").exists():
+        if not is_complete(run_dir):
             result.incomplete.append(run_dir.name)
             continue
         try:
-            meta = _check_manifest(run_dir)
+            meta = read_manifest(run_dir)
             if meta["run_id"] in have:
                 result.skipped.append(meta["run_id"])
                 continue

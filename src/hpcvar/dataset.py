@@ -15,7 +15,6 @@ temporary name and renamed, so an interrupted append leaves no half-written part
 from __future__ import annotations
 
 import json
-import os
 import secrets
 from datetime import datetime, timezone
 from pathlib import Path
@@ -24,6 +23,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from hpcvar.fileio import atomic_path
 from hpcvar.schema import TABLES, SchemaError, conform
 
 
@@ -101,20 +101,17 @@ class Dataset:
             return None
         part = self._new_part_name(arrow)
         written = []
-        tmp = None
         try:
             # Runs last: readers treat a run as collated once it is in `runs`.
             for name in sorted(arrow, key=lambda n: n == "runs"):
                 d = self.path / name
                 d.mkdir(parents=True, exist_ok=True)
-                tmp = d / f".{part}.parquet.tmp"
-                pq.write_table(arrow[name], tmp)
-                os.replace(tmp, d / f"{part}.parquet")
+                with atomic_path(d / f"{part}.parquet") as tmp:  # removed again if writing fails
+                    pq.write_table(arrow[name], tmp)
                 written.append(d / f"{part}.parquet")
         except BaseException:
-            for p in [*written, tmp]:
-                if p is not None:
-                    p.unlink(missing_ok=True)
+            for p in written:
+                p.unlink(missing_ok=True)
             raise
         return part
 

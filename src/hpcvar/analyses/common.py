@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -10,15 +9,12 @@ import numpy as np
 import pandas as pd
 
 from hpcvar.dataset import Dataset
+from hpcvar.fileio import atomic_write_json
 
 #: Feature sets of the paper's ablations (Section V-C): job counters, then placement, io, sys.
 FEATURE_SETS = ("job", "placement", "io", "sys", "neighbours")
 #: Prefix of the neighbour-presence feature columns (:func:`neighbour_presence`).
 NEIGHBOUR_PREFIX = "nbr_"
-
-#: Default forecasting grid per app: temporal context m and horizon k (the paper's Figures 8, 10).
-FORECAST_GRID = {"amg": {"m": [3, 8], "k": [5, 10]}, "milc": {"m": [10, 20], "k": [20, 40]},
-                 "minivite": {"m": [2, 3], "k": [1, 2]}, "umt": {"m": [2, 3], "k": [2, 3]}}
 
 
 def load(dataset_dir: str | Path, tables=("runs", "steps", "step_counters", "system_counters")) -> dict:
@@ -147,9 +143,7 @@ def clean(obj):
 def write_summary(path: str | Path, summary: dict) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(clean(summary), indent=1))
-    tmp.replace(path)
+    atomic_write_json(path, clean(summary))
 
 
 def subplots(*args, **kwargs):

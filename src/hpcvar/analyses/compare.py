@@ -51,6 +51,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from hpcvar.fileio import atomic_path
+from hpcvar.naming import slug
 from hpcvar.parsers.errors import ParseError
 
 class BadInput(ValueError):
@@ -778,10 +780,6 @@ def csv_table(table: pd.DataFrame) -> pd.DataFrame:
     return t[CSV_COLUMNS]
 
 
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._+-]+", "_", text).strip("_")[:80] or "x"
-
-
 def plot_pair(before: np.ndarray, after: np.ndarray, path: Path, *, reference: np.ndarray | None = None,
               title: str = "", xlabel: str = "", modes: dict | None = None) -> Path:
     """PDF and CDF side by side, one line per sample (reference, before, after), as the
@@ -845,7 +843,9 @@ def write_outputs(table: pd.DataFrame, out: str | Path, before: pd.DataFrame, af
             b, a = by["before"].get(key), by["after"].get(key)
             if b is None or a is None or row["verdict"] == "not compared":
                 continue
-            name = f"{_slug(row['test'])}__{_slug(row['variable'])}"
+            # compare's own figure names: '_' for other characters, '+' kept, at most 80 per part
+            name = "__".join(slug(row[c], sep="_", keep="A-Za-z0-9._+-", max_len=80, empty="x")
+                             for c in ("test", "variable"))
             while name in used:
                 name += "_"
             used.add(name)
@@ -859,9 +859,8 @@ def write_outputs(table: pd.DataFrame, out: str | Path, before: pd.DataFrame, af
             table.loc[i, "figure"] = f"figures/{name}.svg"
     flat = csv_table(table)
     out.mkdir(parents=True, exist_ok=True)
-    tmp = out / ".compare.csv.tmp"
-    flat.to_csv(tmp, index=False)
-    tmp.replace(out / "compare.csv")
+    with atomic_path(out / "compare.csv") as tmp:
+        flat.to_csv(tmp, index=False)
     summary = summarise(table, fail_verdicts, meta)
     write_summary(out / "summary.json", summary)
     return summary

@@ -50,7 +50,6 @@ different islands), with the Spearman correlation between b and each run's 95th 
 from __future__ import annotations
 
 import math
-import re
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -62,6 +61,7 @@ from scipy.signal import find_peaks
 
 from hpcvar import tracking
 from hpcvar.analyses.common import clean, datasets, load, savefig, subplots, write_summary
+from hpcvar.naming import slug
 from hpcvar.parsers.microbenchmarks import bin_index, log_bin_edges
 
 DEFAULTS = {"alpha": 0.05, "min_weight": 0.05, "min_prominence": 0.1, "min_n": 20, "nbins": 100,
@@ -536,10 +536,6 @@ def step_ratios(steps: pd.DataFrame) -> pd.Series:
     return ratio[np.isfinite(ratio)]
 
 
-def _slug(*parts) -> str:
-    return re.sub(r"[^\w.-]+", "-", "_".join(str(p) for p in parts)).strip("-")
-
-
 def _plot_edges(table: pd.DataFrame, log: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Edges, PDF and CDF of the bins from the first to the last non-empty one, drawable on a log
     axis (a 0 lower edge becomes a tenth of the upper one; an open last bin twice its lower)."""
@@ -670,7 +666,7 @@ def _microbenchmark_distributions(name: str, lat: pd.DataFrame, hist: pd.DataFra
         groups.append(summary)
         plot_distribution(curves, [mm["location"] for mm in summary["modes"]],
                           f"{name}: {bench} {op}, {int(size)} B", "latency (us)",
-                          d / f"latency_{_slug(bench, op, int(size))}.svg", log=True)
+                          d / f"latency_{slug(bench, op, int(size))}.svg", log=True)
         print(f"distributions: {name}: {bench} {op} {int(size)} B: n={summary['n']}, "
               f"{len(summary['modes'])} mode(s), dip p={summary['dip_pvalue']}", file=sys.stderr, flush=True)
     if pdf_tables:
@@ -790,7 +786,7 @@ def by_condition(name: str, ds_runs: pd.DataFrame, lat: pd.DataFrame, cfg: dict,
             if curves:
                 plot_distribution(curves, [], f"{name}: {var} by {'background traffic b' if condition == 'b' else 'locality'}",
                                   f"{'latency' if log else 'run time'} ({unit})",
-                                  d / f"by_{condition}_{_slug(var)}.svg", log=log)
+                                  d / f"by_{condition}_{slug(var)}.svg", log=log)
     table = pd.DataFrame(rows)
     table.to_csv(d / "conditions.csv", index=False)
     return {"b_edges": edges, "runs_with_b": int(b.notna().sum()),

@@ -45,8 +45,9 @@ from sklearn.model_selection import GroupKFold
 
 from hpcvar import tracking
 from hpcvar.analyses import attention, common, neighbourhood
+from hpcvar.defaults import FORECAST_GRID
 
-DEFAULT_GRID = common.FORECAST_GRID  # shared with the simulator's oracle
+DEFAULT_GRID = FORECAST_GRID  # shared with the simulator's oracle (hpcvar.defaults)
 #: The cumulative feature sets, each adding one group of common.FEATURE_SETS: the paper's ablation
 #: (job counters, + placement, + io, + sys), then + neighbours, which is not in the default run.
 FEATURE_SETS = tuple("+".join(common.FEATURE_SETS[:i + 1]) for i in range(len(common.FEATURE_SETS)))

@@ -4,12 +4,13 @@ The experiment file is the one ``hpcvar interference simulate`` reads (config/ex
 victim and the aggressors are tests of the ReFrame suite (``test:``; the ``periodic-allreduce`` and
 ``uniform-random`` aggressors are the suite's ``Aggressor`` test), with node counts, placement
 policies and repetitions; its ``slurm:`` section says how to reach the cluster
-(:class:`hpcvar.simulate.interference.SlurmSpec`). For every policy and repetition:
+(:class:`hpcvar.experiments.spec.SlurmSpec`). For every policy and repetition:
 
 1. **Placement.** The free nodes (``sinfo``, states ``slurm.free_states``) and the topology map
    (``slurm.topology``; without one, sinfo's nodes each their own router in one group) give every
-   job a node list by the policy, with the same placement functions the simulator uses. The
-   placement is saved first (``placements/<policy>-<rep>.json``), so a resumed experiment keeps it.
+   job a node list by the policy, with the placement functions and random streams the simulator
+   uses too (:mod:`hpcvar.experiments.placement`). The placement is saved first
+   (``placements/<policy>-<rep>.json``), so a resumed experiment keeps it.
 2. **Alone.** The victim's test runs by itself on its nodes (``reframe -J nodelist=...``), then
    each aggressor's, for the aggressors' duration: ``slurm.aggressor_duration_s``, by default 1.5x
    the victim's time alone plus 30 s, so the aggressors outlast the victim in the mixed run.
@@ -39,8 +40,10 @@ from pathlib import Path
 import pandas as pd
 
 from hpcvar.campaign.reframe_import import import_reports, run_id_of
-from hpcvar.simulate.interference import (Experiment, JobSpec, Placement, PlacementError, SlurmSpec, _rng,
-                                          place_jobs)
+from hpcvar.experiments.placement import Placement, PlacementError, place_jobs, seeded_rng
+from hpcvar.experiments.spec import Experiment, JobSpec, SlurmSpec
+from hpcvar.fileio import atomic_path
+from hpcvar.naming import slug
 from hpcvar.topology import Topology
 
 REPO = Path(__file__).resolve().parents[3]
@@ -131,12 +134,13 @@ def topology_for(spec: SlurmSpec, nodes: list[str], out: Path) -> Path:
 def choose_placements(exp: Experiment, policy_index: int, rep: int, topo: Topology, free: list[str],
                       share: bool) -> list[Placement]:
     """Node lists of the victim and the aggressors (in that order) for one policy and repetition:
-    the simulator's placement functions on the cluster's topology, among its free nodes."""
+    the placement policies on the cluster's topology, among its free nodes, drawn from the same
+    random stream as the simulator's for that policy and repetition."""
     policy = exp.policies[policy_index]
     requests = [(j.name, j.nodes, policy.victim if j.role == "victim" else policy.aggressors) for j in exp.jobs]
     usable = set(free) & set(topo.compute_nodes)
     try:
-        return place_jobs(topo, requests, _rng(exp.seed, policy_index, rep, 0), usable, share=share)
+        return place_jobs(topo, requests, seeded_rng(exp.seed, policy_index, rep, 0), usable, share=share)
     except PlacementError as exc:
         hint = "" if share else " (slurm.share_nodes: true lets jobs share nodes on a small cluster)"
         raise ExperimentRunError(f"policy {policy.label!r}, repetition {rep}: {exc}; {len(usable)} free nodes{hint}") \
@@ -228,7 +232,9 @@ def wait_running(names: list[str], procs: list[subprocess.Popen], timeout: float
 
 
 def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower()
+    """Lower-case ASCII letters and digits joined by ``-``: file and Slurm job names of a step
+    (a resumed experiment finds its placements and reports again by these names)."""
+    return slug(text, keep="A-Za-z0-9").lower()
 
 
 # --- the experiment ----------------------------------------------------------------------------
@@ -310,9 +316,8 @@ def run(exp: Experiment, out: str | Path, log=None, queue_timeout: float = 900) 
     imported = import_reports(sorted(out / r for r in book["report"]), out / "raw", topology=topo_path)
     for e in imported.errors:
         log(f"not imported: {e['run_id']}: {e['file']}: {e['error']}")
-    tmp = out / ".experiment.csv.tmp"
-    book.to_csv(tmp, index=False)
-    tmp.replace(out / "experiment.csv")
+    with atomic_path(out / "experiment.csv") as tmp:
+        book.to_csv(tmp, index=False)
     return book
 
 

@@ -32,12 +32,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-import yaml
-
+from hpcvar.fileio import atomic_path, atomic_write_text
 from hpcvar.parsers import ldms, node_counters
 from hpcvar.parsers.errors import ParseError
 from hpcvar.progress import Progress
-from hpcvar.simulate import sha256
+from hpcvar.rawlayout import SYSTEM_FILE, is_complete, read_system, write_manifest, write_system
 
 #: sacct fields written to sacct.txt (collate needs User, Submit, Start, End, State, NNodes, NodeList).
 SACCT_FORMAT = "JobID,JobName,User,Account,Partition,Submit,Start,End,Elapsed,Timelimit,State,ExitCode,NNodes,NodeList"
@@ -112,9 +111,7 @@ def collect_sacct(case: dict, dst: Path, sacct: str = "sacct", wait_s: float = 6
             raise ParseError(dst, f"sacct lists job {case['jobid']} as {state or 'missing'} {wait_s:.0f} s after "
                                   "ReFrame saw it end (accounting lag, or another cluster?)")
         time.sleep(2)
-    tmp = dst.with_name(f".{dst.name}.tmp")
-    tmp.write_text(out.stdout)
-    tmp.replace(dst)
+    atomic_write_text(dst, out.stdout)
 
 
 def _job_state(text: str, job_id: str) -> str | None:
@@ -131,9 +128,8 @@ def _job_state(text: str, job_id: str) -> str | None:
 
 
 def _copy(src: Path, dst: Path) -> None:
-    tmp = dst.with_name(f".{dst.name}.tmp")
-    shutil.copyfile(src, tmp)
-    tmp.replace(dst)
+    with atomic_path(dst) as tmp:
+        shutil.copyfile(src, tmp)
 
 
 def slice_ldms(case: dict, run_dir: Path, store: Path | None, margin: float) -> tuple[list[str], list[str]]:
@@ -164,7 +160,7 @@ def import_case(case: dict, session: dict, raw: Path, sacct: str = "sacct", ldms
     """One test case -> ``runs/<run_id>/``; returns the run id, or None when already imported."""
     run_id = run_id_of(case, session["uuid"])
     run_dir = raw / "runs" / run_id
-    if (run_dir / "manifest.json").exists():
+    if is_complete(run_dir):
         return None
     passed = case.get("result") == "pass"
     # ReFrame copies a passed test's files to its output directory; a failed test's stay in its
@@ -222,11 +218,10 @@ def import_case(case: dict, session: dict, raw: Path, sacct: str = "sacct", ldms
         "environ": case["environ"], "session": session["uuid"], "result": case["result"],
         "fail_phase": case.get("fail_phase"),
         "job": _job(case, session.get("user"), outdir),
-        "files": {name: sha256(run_dir / name) for name in files}, "notes": notes,
+        "files": {},  # the checksums of `files`: write_manifest fills them in here
+        "notes": notes,
     }
-    tmp = run_dir / ".manifest.json.tmp"
-    tmp.write_text(json.dumps(manifest, indent=1))
-    tmp.replace(run_dir / "manifest.json")  # last: the run is complete
+    write_manifest(run_dir, manifest, files)  # last: the run is complete
     return run_id
 
 
@@ -247,12 +242,11 @@ def _ensure_system(raw: Path, system: str, nodes: set[str], topology: Path | Non
     """system.yaml and a topology for the raw directory. Without a site map (``--topology``),
     nodes are recorded flat: each its own router, all in one group (no network structure known)."""
     raw.mkdir(parents=True, exist_ok=True)
-    sysfile = raw / "system.yaml"
-    if not sysfile.exists():
+    if not (raw / SYSTEM_FILE).exists():
         topo_name = topology.name if topology else "topology.csv"
         # sacct prints the cluster's local time: the importing (login) node's zone.
-        sysfile.write_text(yaml.safe_dump({"system": system, "timezone": _local_timezone(), "topology": topo_name}))
-    doc = yaml.safe_load(sysfile.read_text())
+        write_system(raw, {"system": system, "timezone": _local_timezone(), "topology": topo_name})
+    doc = read_system(raw)
     if topology:
         if not (raw / topology.name).exists():
             shutil.copyfile(topology, raw / topology.name)

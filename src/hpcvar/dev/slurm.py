@@ -35,6 +35,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpcvar.fileio import atomic_path
+
 DEFAULT_DIR = "/var/tmp/hpcvar-slurm"
 ENV_DIR = "HPCVAR_SLURM_DIR"
 CLUSTER = "hpcvar"
@@ -269,11 +271,10 @@ def _touch(path: Path, owner: str, mode: int = 0o640) -> None:
 
 
 def _write(path: Path, text: str, owner: str = "root", mode: int = 0o644) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    _chown(tmp, owner)
-    tmp.chmod(mode)
-    tmp.replace(path)
+    with atomic_path(path) as tmp:  # owner and mode set before the file appears
+        tmp.write_text(text)
+        _chown(tmp, owner)
+        tmp.chmod(mode)
 
 
 def short_hostname() -> str:

@@ -50,6 +50,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
+from hpcvar.fileio import atomic_write_bytes
 from hpcvar.parsers.errors import ParseError
 
 KIND = "ldms_store_csv"
@@ -760,9 +761,7 @@ def slice_window(paths: str | Path | Iterable[str | Path], start: float, end: fl
             continue
         out_dir.mkdir(parents=True, exist_ok=True)
         dst = out_dir / layout.path.name
-        tmp = dst.with_name(f".{dst.name}.tmp")
-        tmp.write_bytes(header + b"".join(kept))
-        tmp.replace(dst)
+        atomic_write_bytes(dst, header + b"".join(kept))
         written.append(dst)
     return written
 

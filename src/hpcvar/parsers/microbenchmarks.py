@@ -62,6 +62,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from hpcvar.fileio import atomic_write_text
 from hpcvar.parsers.errors import ParseError
 
 _MAGIC = re.compile(r"^# hpcvar (collectives|overtime phases|overtime iterations|confidence histogram|"
@@ -496,9 +497,7 @@ def write_collectives(path: str | Path, frame: pd.DataFrame, *, hosts: Sequence[
              f"# sizes={','.join(str(s) for s in pd.unique(frame['size_bytes']))}",
              f"# collectives={','.join(pd.unique(frame['collective']))}", ",".join(cols)]
     body = frame[cols].to_csv(header=False, index=False, float_format="%.3f", lineterminator="\n")
-    tmp = Path(path).with_suffix(".csv.tmp")
-    tmp.write_text("\n".join(lines) + "\n" + body)
-    tmp.replace(path)
+    atomic_write_text(path, "\n".join(lines) + "\n" + body)
 
 
 def _iso(epoch: float | None) -> str | None:

@@ -17,6 +17,8 @@ import pandas as pd
 
 from hpcvar.anonymise import Pseudonymiser
 from hpcvar.dataset import Dataset
+from hpcvar.fileio import atomic_write_text
+from hpcvar.naming import slug
 from hpcvar.report import figures as F
 from hpcvar.summary import dataset_summary
 
@@ -76,12 +78,6 @@ class Section:
     @property
     def figures(self) -> list[Figure]:
         return [f for p in self.parts for f in p.figures]
-
-
-def _slug(*parts) -> str:
-    from hpcvar.analyses.distributions import _slug as slug
-
-    return slug(*parts)
 
 
 def _stats_row(d: dict) -> dict:
@@ -420,9 +416,9 @@ class Builder:
             part = Part(name)
             first = groups["variable"].iloc[0]
             for cond, what in (("b", "background traffic b"), ("locality", "locality")):
-                fig = self.copy_figure("background", name, f"by_{cond}_{_slug(first)}",
+                fig = self.copy_figure("background", name, f"by_{cond}_{slug(first)}",
                                        f"{first} by {what}",
-                                       self.analyses_dir / "distributions" / name / f"by_{cond}_{_slug(first)}.svg")
+                                       self.analyses_dir / "distributions" / name / f"by_{cond}_{slug(first)}.svg")
                 if fig:
                     part.figures.append(fig)
             cols = [c_ for c_ in ("variable", "condition", "group", "b_lower", "b_upper", "runs", "n", "median",
@@ -478,7 +474,7 @@ class Builder:
                 for g in d.get("latency", []):
                     rows.append({"variable": f"{g['benchmark']} {g['operation']} {g['size_bytes']} B",
                                  **_stats_row(g)})
-                    fname = f"latency_{_slug(g['benchmark'], g['operation'], g['size_bytes'])}"
+                    fname = f"latency_{slug(g['benchmark'], g['operation'], g['size_bytes'])}"
                     fig = self.copy_figure("distributions", name, fname,
                                            f"{g['operation']} {g['size_bytes']} B: PDF and CDF", base / name / f"{fname}.svg")
                     part.figures += [fig] if fig else []
@@ -522,7 +518,7 @@ class Builder:
                                                 "shift_pct": "{:+.1f}%", "iqr_ratio": "{:.2f}", "p_holm": "{:.2g}"})])
         for r in flagged.itertuples():
             if r.figure:
-                fig = self.copy_figure("regression", r.test, _slug(r.variable), f"{r.test} {r.variable}: {r.verdict}",
+                fig = self.copy_figure("regression", r.test, slug(r.variable), f"{r.test} {r.variable}: {r.verdict}",
                                        self.analyses_dir / "compare" / r.figure)
                 part.figures += [fig] if fig else []
         counts = pairs["verdict"].value_counts().to_dict()
@@ -563,7 +559,7 @@ class Builder:
                                                                      self.path("interference", job, "slowdowns"))))
             if samples is not None and (samples["job"] == job).any():
                 for routing in dict.fromkeys(samples.loc[samples["job"] == job, "routing"]):
-                    name = f"latency_{_slug(routing)}"
+                    name = f"latency_{slug(routing)}"
                     part.figures.append(self.figure(
                         "interference", job, name, f"{job}: latency distributions ({routing})",
                         F.interference_latency(samples, job, routing, self.path("interference", job, name))))
@@ -635,9 +631,7 @@ def build(dataset_dir, out_html, analyses_dir=None, figures_dir=None, config_fil
                              autoescape=jinja2.select_autoescape(["html", "j2"]), undefined=jinja2.StrictUndefined)
     html = env.get_template("report.html.j2").render(title=title, sections=sections, prov=prov)
     out_html.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_html.with_suffix(".html.tmp")
-    tmp.write_text(html)
-    tmp.replace(out_html)
+    atomic_write_text(out_html, html)
     return {"html": str(out_html), "bytes": out_html.stat().st_size, "figures_dir": str(figures_dir),
             "sections": {s.id: {"title": s.title, "figures": [str(f.path) for f in s.figures], "empty": s.empty}
                          for s in sections}}

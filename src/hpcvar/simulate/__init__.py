@@ -23,7 +23,6 @@ Everything downstream reads these files back through :mod:`hpcvar.parsers`.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from dataclasses import asdict
@@ -31,12 +30,12 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import yaml
 
-from hpcvar.analyses.common import FORECAST_GRID
+from hpcvar.defaults import FORECAST_GRID
 from hpcvar.parsers import apps, ldms, mpip, reframe, sacct
 from hpcvar.parsers import counters as counter_files
 from hpcvar.progress import Progress
+from hpcvar.rawlayout import write_manifest, write_system
 from hpcvar.simulate import model
 from hpcvar.simulate.microbench import MicrobenchmarkRuns
 from hpcvar.simulate.presets import DatasetSpec, Preset, get_preset
@@ -69,22 +68,6 @@ def nid_hostlist(nids: np.ndarray) -> str:
     for run in np.split(nids, breaks):
         parts.append(f"{run[0]:05d}" if len(run) == 1 else f"{run[0]:05d}-{run[-1]:05d}")
     return f"nid[{','.join(parts)}]"
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def write_manifest(run_dir: Path, meta: dict) -> None:
-    """The manifest is written last (and atomically): a run directory without one is incomplete."""
-    files = {p.name: sha256(p) for p in sorted(run_dir.iterdir()) if p.name != "manifest.json"}
-    tmp = run_dir / ".manifest.json.tmp"
-    tmp.write_text(json.dumps({**meta, "files": files}, indent=1, default=str))
-    tmp.replace(run_dir / "manifest.json")
 
 
 class _Campaign:
@@ -136,10 +119,10 @@ class _Campaign:
             shutil.rmtree(out)
         (out / "runs").mkdir(parents=True)
         self.topo.to_csv(out / "topology.csv")
-        (out / "system.yaml").write_text(yaml.safe_dump({
+        write_system(out, {
             "system": p.system, "timezone": "UTC", "topology": "topology.csv",
             "ldms": "ldms/aries_rtr_mmr", "campaign_user": p.campaign_user,
-            "ranks_per_node": p.ranks_per_node}, sort_keys=False))
+            "ranks_per_node": p.ranks_per_node})
         jobs = self.build_schedule()
         ours = jobs[jobs["dataset"].notna()].reset_index(drop=True)
         bg = jobs[jobs["dataset"].isna()].reset_index(drop=True)
@@ -182,8 +165,7 @@ class _Campaign:
         truth = self.truth(truth_runs, profiles, oracle)
         if p.microbenchmark_nodes > 0:
             upgrade_t = self.t0 + p.upgrade_day * 86400 if 0 <= p.upgrade_day < p.days else None
-            truth["microbenchmarks"] = MicrobenchmarkRuns(self, jobs, self.seed).run(
-                self.write_sacct, write_manifest, upgrade_t)
+            truth["microbenchmarks"] = MicrobenchmarkRuns(self, jobs, self.seed).run(self.write_sacct, upgrade_t)
         (out / "truth.json").write_text(json.dumps(truth, indent=1))
         return truth
 

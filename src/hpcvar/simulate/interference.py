@@ -1,21 +1,20 @@
-"""What-if interference experiments: a victim job and aggressor jobs on a simulated dragonfly.
+"""What-if interference experiments on a simulated dragonfly: the network model and its runner.
 
-Owns three things, usable on their own:
+An experiment (:func:`hpcvar.experiments.spec.load_experiment`) names a victim, aggressors,
+placement policies (:mod:`hpcvar.experiments.placement`), routing algorithms, repetitions and a
+seed; its ``system:`` section describes the simulated network. This module evaluates it:
 
-1. **The experiment description** (:func:`load_experiment`): a YAML file naming the victim, the
-   aggressors, the placement policies, the routing algorithms, repetitions and a seed, plus a
-   ``system:`` section for the simulated network. The job/policy part is independent of
-   ``system:`` so the same file can drive real Slurm experiments (ReFrame test names, node counts,
-   policies). Every error names the file, the key and (when it comes from the file) the line.
-2. **Placement policies** (:data:`PLACEMENT_POLICIES`, :func:`place`, :func:`place_jobs`): choose
-   non-overlapping node lists for jobs on any :class:`hpcvar.topology.Topology` - random nodes,
-   random (whole) routers, random (whole) groups as in the Union study, and same group / same
-   island / different islands as in the Dragonfly+ locality study (Salimi Beni and Cosenza,
-   CLUSTER 2022). Deterministic for a numpy Generator; :class:`PlacementError` when impossible.
-3. **A flow-level dragonfly model** (:class:`DragonflyNetwork`, :func:`simulate_workload`) and the
-   experiment loop (:func:`run_experiment`): victim slowdown (total time, communication time,
-   message latency) of each policy x routing x repetition against the victim alone, and the same
-   for every aggressor.
+1. **Traffic patterns** (:func:`pattern_rounds`): a job's iteration as rounds of messages, for each
+   pattern of :data:`hpcvar.experiments.spec.PATTERNS`.
+2. **A flow-level dragonfly model** (:class:`DragonflyNetwork`, :class:`JobTraffic`,
+   :func:`simulate_workload`): routes, channel loads, message latencies and iteration times of
+   jobs sharing the network.
+3. **The experiment loop** (:func:`run_experiment`, :func:`simulate_experiment`): victim slowdown
+   (total time, communication time, message latency) of each policy x routing x repetition
+   against the victim alone, and the same for every aggressor.
+
+The real Slurm experiment (:mod:`hpcvar.campaign.interference`) runs the same file with the same
+placement policies and needs nothing from this module.
 
 The model
 ---------
@@ -71,661 +70,30 @@ Assumptions and limits: steady state (no transients, no packet reordering, no de
 are independent per channel; fair sharing between flows; one rank per node and no intra-node
 traffic; routers have no internal contention; a round's messages have equal sizes (true of every
 pattern here); offered load may exceed a channel's bandwidth (utilisation > 1) and then the queue
-sits at the cap: such numbers are bounds, not predictions. Defaults (:class:`SystemSpec`): the
-bandwidths of the Union study's systems (terminal 16, local 4.69, global 5.25 GiB/s), and CODES'
-usual 4 KiB packets, 64 KiB virtual-channel buffers and 90 ns router delay.
+sits at the cap: such numbers are bounds, not predictions. Defaults
+(:class:`~hpcvar.experiments.spec.SystemSpec`): the bandwidths of the Union study's systems
+(terminal 16, local 4.69, global 5.25 GiB/s), and CODES' usual 4 KiB packets, 64 KiB
+virtual-channel buffers and 90 ns router delay.
 """
 
 from __future__ import annotations
 
-import math
-import re
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import hostlist
 import numpy as np
 import pandas as pd
 import yaml
 
+from hpcvar.experiments.placement import Placement, PlacementError, place_jobs, seeded_rng
+from hpcvar.experiments.spec import ROUTINGS, Experiment, ExperimentError, JobSpec, SystemSpec, load_experiment
 from hpcvar.grids import factor
-from hpcvar.parsers.errors import ParseError
 from hpcvar.progress import Progress
 from hpcvar.simulate.presets import Preset
 from hpcvar.simulate.system import build_topology
-from hpcvar.topology import Topology
 
 GIB = 2.0 ** 30
-
-# =============================================================================================
-# Experiment description
-# =============================================================================================
-
-#: Traffic patterns a job can have (n: the job's nodes, one rank each), with what an iteration sends.
-PATTERNS: dict[str, str] = {
-    "allreduce": "recursive doubling: log2(n) rounds, rank i exchanges message_bytes with i xor 2^k",
-    "periodic-allreduce": "ML-style burst: ring allreduce of message_bytes (2(n-1) rounds of message_bytes/n "
-                          "to the next rank), then compute_s (> 0) until the next burst",
-    "alltoall": "pairwise exchange: n-1 rounds, rank i sends message_bytes to i+r",
-    "halo": "nearest neighbours on a periodic `dims`-dimensional grid (default 3; MILC: 4): one round, "
-            "message_bytes to each of the 2 x dims neighbours",
-    "bcast": "binomial tree from rank 0: log2(n) rounds",
-    "reduce": "binomial tree to rank 0: log2(n) rounds",
-    "uniform-random": "one round, each rank sends `messages` (default 1) messages to uniformly random ranks",
-    "shift": "one round, rank i sends to rank i + `offset` (default n/2): adversarial for a dragonfly when "
-             "offset is the job's nodes per group",
-}
-_PATTERN_KEYS = {"halo": {"dims"}, "uniform-random": {"messages"}, "shift": {"offset"}}
-_JOB_KEYS = {"name", "test", "pattern", "nodes", "message_bytes", "compute_s", "fluctuation", "options"}
-
-ROUTINGS = ("minimal", "adaptive")
-
-_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?\d+)?)\s*([KMG]i?B|B)?\s*$")
-_SIZE_UNITS = {None: 1, "B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "KiB": 2 ** 10, "MiB": 2 ** 20, "GiB": 2 ** 30}
-
-
-class ExperimentError(ParseError):
-    """A bad experiment description: names the file, the key and, if known, the line."""
-
-    def __init__(self, path: str | Path, key: str, message: str, line: int | None = None):
-        self.key = key
-        super().__init__(path, f"{key}: {message}" if key else message, line)
-
-
-@dataclass(frozen=True)
-class JobSpec:
-    """One job of an experiment: the victim or an aggressor."""
-
-    name: str
-    role: str                      # "victim" or "aggressor"
-    pattern: str
-    nodes: int
-    message_bytes: int
-    compute_s: float = 0.0         # computation between communication phases (ML: the burst period)
-    fluctuation: float = 0.0       # log-normal sigma of the job's rate, drawn per sampled iteration
-    test: str | None = None        # the ReFrame test that plays this job in real experiments
-    options: tuple[str, ...] = ()  # extra ReFrame arguments for that test (real experiments)
-    dims: int = 3                  # halo
-    messages: int = 1              # uniform-random
-    offset: int | None = None      # shift (None: nodes // 2)
-
-
-@dataclass(frozen=True)
-class SystemSpec:
-    """The simulated dragonfly (the ``system:`` section)."""
-
-    groups: int
-    group_shape: str               # "1d" or "2d"
-    rows: int                      # 1 for a 1d group
-    cols: int                      # routers_per_group for a 1d group
-    nodes_per_router: int
-    global_links_per_router: int
-    groups_per_island: int = 0     # 0: no islands (every group its own)
-    terminal_gib_s: float = 16.0   # Union study, section IV-A
-    local_gib_s: float = 4.69
-    global_gib_s: float = 5.25
-    hop_latency_ns: float = 90.0   # router + wire delay per channel (CODES' usual router_delay)
-    packet_bytes: int = 4096       # CODES' usual packet size
-    buffer_bytes: int = 65536      # per-channel buffer (CODES' usual VC size): caps a queue
-
-    @property
-    def routers_per_group(self) -> int:
-        return self.rows * self.cols
-
-    @property
-    def num_nodes(self) -> int:
-        return self.groups * self.routers_per_group * self.nodes_per_router
-
-    @property
-    def queue_cap(self) -> float:
-        """Largest queue (in packets) a channel holds: the rho/(1-rho) cap."""
-        return self.buffer_bytes / self.packet_bytes
-
-
-@dataclass(frozen=True)
-class SlurmSpec:
-    """How real experiments reach the cluster (the ``slurm:`` section; ``hpcvar interference run``)."""
-
-    reframe_config: str = "config/reframe/settings.py"
-    system: str = "generic-slurm"            # ReFrame system (its partition's access sets partition/account)
-    checks: tuple[str, ...] = ("reframe_tests",)
-    topology: str | None = None              # node -> router -> group map; None: sinfo's nodes, flat
-    partition: str | None = None             # where sinfo looks for free nodes (None: every partition)
-    free_states: tuple[str, ...] = ("idle",)  # node states a placement may use
-    share_nodes: bool = False                # too few free nodes: let jobs share them (toy clusters)
-    aggressor_duration_s: float | None = None  # None: 1.5 x the victim's time alone + 30 s
-    settle_s: float = 5.0                    # wait after the aggressors run before starting the victim
-    options: tuple[str, ...] = ()            # ReFrame arguments for every job
-
-
-@dataclass(frozen=True)
-class PolicySpec:
-    """A placement policy for one run: the victim's policy and the aggressors'."""
-
-    label: str
-    victim: str
-    aggressors: str
-
-
-@dataclass(frozen=True)
-class Experiment:
-    """A validated experiment file: the jobs, policies, routings, repetitions and the system."""
-
-    name: str
-    victim: JobSpec
-    aggressors: tuple[JobSpec, ...]
-    policies: tuple[PolicySpec, ...]
-    routing: tuple[str, ...]
-    repetitions: int
-    seed: int
-    samples: int
-    solver_rounds: int
-    system: SystemSpec | None      # None: the file describes real experiments only
-    slurm: SlurmSpec | None = None  # None: defaults (hpcvar interference run)
-    source: str = "<dict>"
-    document: dict = field(default_factory=dict, compare=False, repr=False)
-
-    @property
-    def jobs(self) -> tuple[JobSpec, ...]:
-        return (self.victim, *self.aggressors)
-
-
-def parse_bytes(value) -> int:
-    """``8``, ``"486KiB"``, ``"28.15 MiB"``, ``"10KB"`` -> bytes (KB = 1000, KiB = 1024)."""
-    if isinstance(value, bool):
-        raise ValueError(f"expected a size in bytes, got {value!r}")
-    if isinstance(value, (int, float)):
-        n = float(value)
-    else:
-        m = _SIZE_RE.match(str(value))
-        if not m:
-            raise ValueError(f"expected a size such as 8, 486KiB or 28.15MiB, got {value!r}")
-        n = float(m[1]) * _SIZE_UNITS[m[2]]
-    if not n >= 1:
-        raise ValueError(f"expected at least 1 byte, got {value!r}")
-    return int(round(n))
-
-
-def _yaml_lines(text: str) -> dict[tuple, int]:
-    """1-based line of every key and list item of a YAML document, by path (``("victim", "nodes")``)."""
-    lines: dict[tuple, int] = {}
-
-    def walk(node, path):
-        if isinstance(node, yaml.MappingNode):
-            for k, v in node.value:
-                key = (*path, k.value)
-                lines[key] = k.start_mark.line + 1
-                walk(v, key)
-        elif isinstance(node, yaml.SequenceNode):
-            for i, item in enumerate(node.value):
-                lines[(*path, i)] = item.start_mark.line + 1
-                walk(item, (*path, i))
-
-    try:
-        walk(yaml.compose(text), ())
-    except yaml.YAMLError:
-        pass
-    return lines
-
-
-def apply_overrides(doc: dict, overrides: dict[str, object], source: str = "<dict>") -> dict:
-    """Set dotted keys (``system.groups``, ``aggressors.0.nodes``) in a copy of ``doc``."""
-    import copy
-
-    doc = copy.deepcopy(doc)
-    for dotted, value in overrides.items():
-        parts = dotted.split(".")
-        node = doc
-        for i, part in enumerate(parts):
-            last = i == len(parts) - 1
-            where = ".".join(parts[: i + 1])
-            if isinstance(node, list):
-                if not part.isdigit() or int(part) >= len(node):
-                    raise ExperimentError(source, dotted, f"--set: {where!r} is not an item of a "
-                                                          f"{len(node)}-item list")
-                if last:
-                    node[int(part)] = value
-                else:
-                    node = node[int(part)]
-            elif isinstance(node, dict):
-                if last:
-                    node[part] = value
-                else:
-                    node = node.setdefault(part, {})
-            else:
-                raise ExperimentError(source, dotted, f"--set: {'.'.join(parts[:i])!r} is a value, not a section")
-    return doc
-
-
-def load_experiment(path: str | Path, overrides: dict[str, object] | None = None) -> Experiment:
-    """Read and validate an experiment YAML file; ``overrides`` set dotted keys first (``--set``)."""
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ExperimentError(path, "", f"cannot read the experiment file ({exc.strerror})") from None
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise ExperimentError(path, "", f"not valid YAML: {getattr(exc, 'problem', exc)}",
-                              mark.line + 1 if mark else None) from None
-    if not isinstance(doc, dict):
-        raise ExperimentError(path, "", "expected a mapping with victim, aggressors, policies, routing, ...", 1)
-    if overrides:
-        doc = apply_overrides(doc, overrides, str(path))
-    return parse_experiment(doc, str(path), _yaml_lines(text), set(overrides or ()))
-
-
-class _Checker:
-    """Typed reads from the experiment document that fail with the file, the key and the line."""
-
-    def __init__(self, source: str, lines: dict[tuple, int], overridden: set[str]):
-        self.source, self.lines, self.overridden = source, lines, overridden
-
-    def fail(self, path: tuple, message: str):
-        key = ".".join(map(str, path))
-        if key in self.overridden:
-            message += " (set with --set)"
-        line = None if key in self.overridden else self.lines.get(path) or self._nearest(path)
-        raise ExperimentError(self.source, key, message, line)
-
-    def _nearest(self, path: tuple) -> int | None:
-        while path:
-            path = path[:-1]
-            if path in self.lines:
-                return self.lines[path]
-        return None
-
-    def mapping(self, value, path, allowed: set[str] | None = None) -> dict:
-        if not isinstance(value, dict):
-            self.fail(path, f"expected a mapping, got {type(value).__name__} {value!r}")
-        if allowed is not None:
-            unknown = sorted(set(map(str, value)) - allowed)
-            if unknown:
-                self.fail((*path, unknown[0]), f"unknown key; expected one of {', '.join(sorted(allowed))}")
-        return value
-
-    def integer(self, d: dict, key: str, path: tuple, minimum: int, default=None, maximum: int | None = None) -> int:
-        if key not in d:
-            if default is None:
-                self.fail((*path, key), "missing (expected an integer)")
-            return default
-        v = d[key]
-        if isinstance(v, bool) or not isinstance(v, int):
-            self.fail((*path, key), f"expected an integer >= {minimum}, got {v!r}")
-        if v < minimum or (maximum is not None and v > maximum):
-            bound = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
-            self.fail((*path, key), f"expected an integer {bound}, got {v}")
-        return v
-
-    def number(self, d: dict, key: str, path: tuple, default: float, positive: bool = False) -> float:
-        v = d.get(key, default)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 \
-                or (positive and v == 0):
-            self.fail((*path, key), f"expected a {'positive' if positive else 'non-negative'} number, got {v!r}")
-        return float(v)
-
-    def choice(self, d: dict, key: str, path: tuple, choices, default=None) -> str:
-        if key not in d and default is None:
-            self.fail((*path, key), f"missing (expected one of {', '.join(choices)})")
-        v = d.get(key, default)
-        if v not in choices:
-            self.fail((*path, key), f"expected one of {', '.join(choices)}, got {v!r}")
-        return v
-
-    def string_list(self, d: dict, key: str, path: tuple) -> list:
-        v = d.get(key)
-        if isinstance(v, str):
-            v = [v]
-        if not isinstance(v, list) or not v:
-            self.fail((*path, key), "missing or empty (expected a non-empty list)")
-        return v
-
-
-def _parse_job(ck: _Checker, raw, path: tuple, role: str) -> JobSpec:
-    d = ck.mapping(raw, path)
-    pattern = ck.choice(d, "pattern", path, list(PATTERNS))
-    ck.mapping(d, path, _JOB_KEYS | _PATTERN_KEYS.get(pattern, set()))
-    nodes = ck.integer(d, "nodes", path, 1)
-    if "message_bytes" not in d:
-        ck.fail((*path, "message_bytes"), "missing (expected a size such as 8, 486KiB or 28.15MiB)")
-    try:
-        message_bytes = parse_bytes(d["message_bytes"])
-    except ValueError as exc:
-        ck.fail((*path, "message_bytes"), str(exc))
-    compute_s = ck.number(d, "compute_s", path, 0.0)
-    if pattern == "periodic-allreduce" and compute_s <= 0:
-        ck.fail((*path, "compute_s"), "periodic-allreduce needs compute_s > 0: the time between bursts")
-    test = d.get("test")
-    if test is not None and not isinstance(test, str):
-        ck.fail((*path, "test"), f"expected a test name, got {test!r}")
-    name = d.get("name", (test or role) if role == "victim" else None)
-    if not isinstance(name, str) or not name:
-        ck.fail((*path, "name"), "missing (every aggressor needs a name)" if name is None
-                else f"expected a name, got {name!r}")
-    extra = {}
-    if pattern == "halo":
-        extra["dims"] = ck.integer(d, "dims", path, 1, default=3, maximum=4)
-    if pattern == "uniform-random":
-        extra["messages"] = ck.integer(d, "messages", path, 1, default=1)
-    if pattern == "shift":
-        extra["offset"] = ck.integer(d, "offset", path, 1, default=nodes // 2, maximum=nodes - 1)
-    options = d.get("options", [])
-    if not isinstance(options, list) or not all(isinstance(o, str) for o in options):
-        ck.fail((*path, "options"), f"expected a list of ReFrame arguments (strings), got {options!r}")
-    return JobSpec(name=name, role=role, pattern=pattern, nodes=nodes, message_bytes=message_bytes,
-                   compute_s=compute_s, fluctuation=ck.number(d, "fluctuation", path, 0.0), test=test,
-                   options=tuple(options), **extra)
-
-
-def _parse_system(ck: _Checker, raw) -> SystemSpec:
-    path = ("system",)
-    allowed = {f for f in SystemSpec.__dataclass_fields__} | {"routers_per_group"}
-    d = ck.mapping(raw, path, allowed)
-    shape = ck.choice(d, "group_shape", path, ["1d", "2d"])
-    if shape == "1d":
-        for key in ("rows", "cols"):
-            if key in d:
-                ck.fail((*path, key), "a 1d group has no rows/cols: give routers_per_group")
-        rows, cols = 1, ck.integer(d, "routers_per_group", path, 2)
-    else:
-        if "routers_per_group" in d:
-            ck.fail((*path, "routers_per_group"), "a 2d group is rows x cols: give rows and cols")
-        # Routers are named as Cray XC blades (3 chassis per cabinet, 2 cabinets per group): <= 6 rows.
-        rows, cols = ck.integer(d, "rows", path, 1, maximum=6), ck.integer(d, "cols", path, 1)
-        if rows * cols < 2:
-            ck.fail((*path, "cols"), "a group needs at least 2 routers")
-    groups = ck.integer(d, "groups", path, 2)
-    h = ck.integer(d, "global_links_per_router", path, 1)
-    if rows * cols * h < groups - 1:
-        ck.fail((*path, "global_links_per_router"),
-                f"{rows * cols} routers x {h} global links = {rows * cols * h} global ports per group, but "
-                f"every group needs a link to each of the {groups - 1} others")
-    spec = SystemSpec(
-        groups=groups, group_shape=shape, rows=rows, cols=cols,
-        nodes_per_router=ck.integer(d, "nodes_per_router", path, 1),
-        global_links_per_router=h,
-        groups_per_island=ck.integer(d, "groups_per_island", path, 0, default=0),
-        terminal_gib_s=ck.number(d, "terminal_gib_s", path, SystemSpec.terminal_gib_s, positive=True),
-        local_gib_s=ck.number(d, "local_gib_s", path, SystemSpec.local_gib_s, positive=True),
-        global_gib_s=ck.number(d, "global_gib_s", path, SystemSpec.global_gib_s, positive=True),
-        hop_latency_ns=ck.number(d, "hop_latency_ns", path, SystemSpec.hop_latency_ns),
-        packet_bytes=ck.integer(d, "packet_bytes", path, 1, default=SystemSpec.packet_bytes),
-        buffer_bytes=ck.integer(d, "buffer_bytes", path, 1, default=SystemSpec.buffer_bytes))
-    if spec.buffer_bytes < spec.packet_bytes:
-        ck.fail((*path, "buffer_bytes"), f"a buffer holds at least one packet ({spec.packet_bytes} bytes)")
-    return spec
-
-
-def _parse_slurm(ck: _Checker, raw) -> SlurmSpec:
-    path = ("slurm",)
-    d = ck.mapping(raw, path, set(SlurmSpec.__dataclass_fields__))
-    out = {}
-    for key in ("reframe_config", "system"):
-        if key in d:
-            if not isinstance(d[key], str) or not d[key]:
-                ck.fail((*path, key), f"expected a string, got {d[key]!r}")
-            out[key] = d[key]
-    for key in ("topology", "partition"):
-        if d.get(key) is not None:
-            if not isinstance(d[key], str):
-                ck.fail((*path, key), f"expected a string or null, got {d[key]!r}")
-            out[key] = d[key]
-    for key in ("checks", "free_states", "options"):
-        if key in d:
-            v = d[key]
-            if not isinstance(v, list) or not all(isinstance(x, str) for x in v) or (key != "options" and not v):
-                ck.fail((*path, key), f"expected a list of strings, got {v!r}")
-            out[key] = tuple(v)
-    if "share_nodes" in d:
-        if not isinstance(d["share_nodes"], bool):
-            ck.fail((*path, "share_nodes"), f"expected true or false, got {d['share_nodes']!r}")
-        out["share_nodes"] = d["share_nodes"]
-    if d.get("aggressor_duration_s") is not None:
-        out["aggressor_duration_s"] = ck.number(d, "aggressor_duration_s", path, 0.0, positive=True)
-    if "settle_s" in d:
-        out["settle_s"] = ck.number(d, "settle_s", path, SlurmSpec.settle_s)
-    return SlurmSpec(**out)
-
-
-def _parse_policy(ck: _Checker, raw, path: tuple) -> PolicySpec:
-    names = list(PLACEMENT_POLICIES)
-    if isinstance(raw, str):
-        if raw not in PLACEMENT_POLICIES:
-            ck.fail(path, f"unknown placement policy {raw!r}; expected one of {', '.join(names)} "
-                          "or a mapping {victim: ..., aggressors: ...}")
-        # Locality classes are about the victim; the aggressors are then scattered like a busy machine's jobs.
-        return PolicySpec(raw, raw, raw if raw in JOB_WIDE_POLICIES else "random-nodes")
-    d = ck.mapping(raw, path, {"victim", "aggressors", "label"})
-    victim = ck.choice(d, "victim", path, names)
-    aggressors = ck.choice(d, "aggressors", path, names, default="random-nodes")
-    label = d.get("label", victim if aggressors == victim else f"{victim}/{aggressors}")
-    return PolicySpec(str(label), victim, aggressors)
-
-
-def parse_experiment(doc: dict, source: str = "<dict>", lines: dict[tuple, int] | None = None,
-                     overridden: set[str] | None = None) -> Experiment:
-    """Validate an experiment document (see ``config/experiments/interference.yaml``)."""
-    ck = _Checker(source, lines or {}, overridden or set())
-    top = {"name", "description", "victim", "aggressors", "policies", "routing", "repetitions", "seed",
-           "samples", "solver_rounds", "system", "slurm"}
-    ck.mapping(doc, (), top)
-    if "victim" not in doc:
-        ck.fail(("victim",), "missing (expected {test, pattern, nodes, message_bytes, ...})")
-    victim = _parse_job(ck, doc["victim"], ("victim",), "victim")
-    raw_aggr = doc.get("aggressors")
-    if not isinstance(raw_aggr, list) or not raw_aggr:
-        ck.fail(("aggressors",), "missing or empty (expected a list of jobs {name, pattern, nodes, ...})")
-    aggressors = tuple(_parse_job(ck, a, ("aggressors", i), "aggressor") for i, a in enumerate(raw_aggr))
-    seen = {victim.name: ("victim",)}
-    for i, a in enumerate(aggressors):
-        if a.name in seen:
-            also = ".".join(map(str, seen[a.name]))
-            ck.fail(("aggressors", i, "name"), f"job name {a.name!r} is used twice (also {also})")
-        seen[a.name] = ("aggressors", i)
-    policies = tuple(_parse_policy(ck, p, ("policies", i))
-                     for i, p in enumerate(ck.string_list(doc, "policies", ())))
-    labels = [p.label for p in policies]
-    if len(set(labels)) < len(labels):
-        ck.fail(("policies",), f"policy {next(x for x in labels if labels.count(x) > 1)!r} is listed twice")
-    routing = ck.string_list(doc, "routing", ())
-    for i, r in enumerate(routing):
-        if r not in ROUTINGS:
-            ck.fail(("routing", i), f"expected one of {', '.join(ROUTINGS)}, got {r!r}")
-    if len(set(routing)) < len(routing):
-        ck.fail(("routing",), "a routing algorithm is listed twice")
-    name = doc.get("name", Path(source).stem if source != "<dict>" else "interference")
-    system = _parse_system(ck, doc["system"]) if doc.get("system") is not None else None
-    slurm = _parse_slurm(ck, doc["slurm"]) if doc.get("slurm") is not None else None
-    return Experiment(
-        name=str(name), victim=victim, aggressors=aggressors, policies=policies, routing=tuple(routing),
-        repetitions=ck.integer(doc, "repetitions", (), 1, default=1),
-        seed=ck.integer(doc, "seed", (), 0, default=0),
-        samples=ck.integer(doc, "samples", (), 1, default=32),
-        solver_rounds=ck.integer(doc, "solver_rounds", (), 1, default=8),
-        system=system, slurm=slurm, source=source, document=doc)
-
-
-# =============================================================================================
-# Placement policies
-# =============================================================================================
-
-
-class PlacementError(ValueError):
-    """A policy cannot place a job: not enough free nodes, routers, groups or islands."""
-
-
-@dataclass(frozen=True)
-class Placement:
-    """A job's nodes (topology order = rank order) and the routers/groups/islands they span."""
-
-    job: str
-    policy: str
-    nodes: tuple[str, ...]
-    routers: tuple[str, ...]
-    groups: tuple[str, ...]
-    islands: tuple[str, ...]
-
-    @classmethod
-    def of(cls, topo: Topology, job: str, nodes, policy: str = "given") -> "Placement":
-        """The placement of a given node list (put in topology order)."""
-        chosen = set(nodes)
-        unknown = topo.unknown_nodes(chosen)
-        if unknown:
-            raise PlacementError(f"job {job!r}: nodes not in the topology: {sorted(unknown)[:5]}")
-        ordered = [n for n in topo.table["node"] if n in chosen]
-        return cls(job=job, policy=policy, nodes=tuple(ordered),
-                   routers=tuple(dict.fromkeys(topo.router_of(n) for n in ordered)),
-                   groups=tuple(dict.fromkeys(topo.group_of(n) for n in ordered)),
-                   islands=tuple(dict.fromkeys(topo.island_of(n) for n in ordered)))
-
-    @property
-    def nodelist(self) -> str:
-        """The nodes as a Slurm hostlist, for ``--nodelist``."""
-        return hostlist.collect_hostlist(list(self.nodes))
-
-
-def _free_nodes(topo: Topology, free: set[str] | None) -> pd.DataFrame:
-    """Free compute nodes in topology order, with their island."""
-    t = topo.table[topo.table["role"] == "compute"]
-    if free is not None:
-        t = t[t["node"].isin(free)]
-    t = t[["node", "router", "group"]].reset_index(drop=True)
-    t["island"] = [topo.island_of(n) for n in t["node"]]
-    return t
-
-
-def _whole_units(topo: Topology, n: int, rng: np.random.Generator, free: set[str] | None, unit: str) -> list[str]:
-    """Random whole routers/groups (every compute node free), filled consecutively until n nodes."""
-    cand = _free_nodes(topo, free)
-    allc = _free_nodes(topo, None)
-    size_all = allc.groupby(unit, sort=False).size()
-    size_free = cand.groupby(unit, sort=False).size()
-    whole = [u for u in size_all.index if size_free.get(u, 0) == size_all[u]]
-    capacity = int(sum(size_all[u] for u in whole))
-    if capacity < n:
-        raise PlacementError(f"random-{unit}s: needs {n} nodes but the {len(whole)} wholly free {unit}s hold "
-                             f"{capacity}")
-    by_unit = {u: list(g["node"]) for u, g in cand.groupby(unit, sort=False)}
-    chosen: list[str] = []
-    for i in rng.permutation(len(whole)):
-        chosen += by_unit[whole[i]][: n - len(chosen)]
-        if len(chosen) == n:
-            break
-    return chosen
-
-
-def place_random_nodes(topo: Topology, n: int, rng: np.random.Generator, free: set[str] | None = None) -> list[str]:
-    """Any n free compute nodes, uniformly (Union's RN: jobs share routers)."""
-    cand = _free_nodes(topo, free)["node"].to_numpy()
-    if len(cand) < n:
-        raise PlacementError(f"random-nodes: needs {n} nodes but {len(cand)} are free")
-    return list(cand[rng.choice(len(cand), n, replace=False)])
-
-
-def place_random_routers(topo: Topology, n: int, rng: np.random.Generator, free: set[str] | None = None) -> list[str]:
-    """Whole free routers in random order, their nodes taken consecutively (Union's RR).
-
-    The last router may be partly used; its other nodes stay free for random-nodes jobs only,
-    since a random-routers job never takes a router another job already uses."""
-    return _whole_units(topo, n, rng, free, "router")
-
-
-def place_random_groups(topo: Topology, n: int, rng: np.random.Generator, free: set[str] | None = None) -> list[str]:
-    """Whole free groups in random order, their nodes taken consecutively (Union's RG)."""
-    return _whole_units(topo, n, rng, free, "group")
-
-
-def place_same_group(topo: Topology, n: int, rng: np.random.Generator, free: set[str] | None = None) -> list[str]:
-    """n random free nodes of one random group with room for them (locality: same group)."""
-    cand = _free_nodes(topo, free)
-    sizes = cand.groupby("group", sort=False).size()
-    fits = [g for g in sizes.index if sizes[g] >= n]
-    if not fits:
-        raise PlacementError(f"same-group: needs {n} nodes in one group but the largest free share of a group "
-                             f"is {int(sizes.max()) if len(sizes) else 0} nodes")
-    nodes = cand.loc[cand["group"] == fits[rng.integers(len(fits))], "node"].to_numpy()
-    return list(nodes[rng.choice(len(nodes), n, replace=False)])
-
-
-def _spread(cand: pd.DataFrame, n: int, rng: np.random.Generator, unit: str) -> list[str]:
-    """n random nodes of ``cand`` that span at least two ``unit``s: one node in each of two random
-    units first, the rest uniformly among the remaining nodes."""
-    units = list(pd.unique(cand[unit]))
-    a, b = rng.choice(len(units), 2, replace=False)
-    first = []
-    for u in (units[a], units[b]):
-        nodes = cand.loc[cand[unit] == u, "node"].to_numpy()
-        first.append(nodes[rng.integers(len(nodes))])
-    rest = cand.loc[~cand["node"].isin(first), "node"].to_numpy()
-    return first + list(rest[rng.choice(len(rest), n - 2, replace=False)])
-
-
-def place_same_island(topo: Topology, n: int, rng: np.random.Generator, free: set[str] | None = None) -> list[str]:
-    """n random free nodes of one island, in at least two of its groups (locality: same island)."""
-    if not topo.has_islands:
-        raise PlacementError("same-island: the topology has no islands (system.groups_per_island: 0)")
-    if n < 2:
-        raise PlacementError("same-island: a 1-node job is always in one group")
-    cand = _free_nodes(topo, free)
-    per_island = cand.groupby("island", sort=False).agg(nodes=("node", "size"), groups=("group", "nunique"))
-    fits = [i for i, row in per_island.iterrows() if row["nodes"] >= n and row["groups"] >= 2]
-    if not fits:
-        raise PlacementError(f"same-island: no island has {n} free nodes in two or more groups")
-    return _spread(cand[cand["island"] == fits[rng.integers(len(fits))]], n, rng, "group")
-
-
-def place_different_islands(topo: Topology, n: int, rng: np.random.Generator,
-                            free: set[str] | None = None) -> list[str]:
-    """n random free nodes spanning at least two islands (locality: different islands)."""
-    cand = _free_nodes(topo, free)
-    if cand["island"].nunique() < 2:
-        raise PlacementError("different-islands: needs free nodes on two islands, found "
-                             f"{cand['island'].nunique()} island(s) with free nodes")
-    if len(cand) < n or n < 2:
-        raise PlacementError(f"different-islands: needs {n} >= 2 nodes, {len(cand)} are free")
-    return _spread(cand, n, rng, "island")
-
-
-#: Policy name -> function(topology, nodes, rng, free) -> node names.
-PLACEMENT_POLICIES = {
-    "random-nodes": place_random_nodes,
-    "random-routers": place_random_routers,
-    "random-groups": place_random_groups,
-    "same-group": place_same_group,
-    "same-island": place_same_island,
-    "different-islands": place_different_islands,
-}
-#: Policies that make sense for every job of a workload (Union); the others are victim locality classes.
-JOB_WIDE_POLICIES = ("random-nodes", "random-routers", "random-groups")
-
-
-def place(topo: Topology, policy: str, nodes: int, rng: np.random.Generator, free: set[str] | None = None,
-          job: str = "job") -> Placement:
-    """Place one job of ``nodes`` nodes with ``policy`` among ``free`` nodes (default: all compute nodes)."""
-    if policy not in PLACEMENT_POLICIES:
-        raise PlacementError(f"unknown placement policy {policy!r}; expected one of {', '.join(PLACEMENT_POLICIES)}")
-    try:
-        chosen = PLACEMENT_POLICIES[policy](topo, nodes, rng, free)
-    except PlacementError as exc:
-        raise PlacementError(f"job {job!r} ({nodes} nodes): {exc}") from None
-    return Placement.of(topo, job, chosen, policy)
-
-
-def place_jobs(topo: Topology, requests: list[tuple[str, int, str]], rng: np.random.Generator,
-               free: set[str] | None = None, share: bool = False) -> list[Placement]:
-    """Place ``(job, nodes, policy)`` requests in order among ``free`` nodes (default: every compute
-    node), without overlap; ``share`` lets every job choose among all of them (a toy cluster)."""
-    free = set(topo.compute_nodes) if free is None else set(free)
-    out = []
-    for job, nodes, policy in requests:
-        p = place(topo, policy, nodes, rng, free, job)
-        if not share:
-            free -= set(p.nodes)
-        out.append(p)
-    return out
 
 
 # =============================================================================================
@@ -1215,10 +583,6 @@ SLOWDOWNS = {"slowdown_total": ("total_time_s", "total_time", "s"),
              "slowdown_max_latency": ("max_latency_us", "max_latency", "us")}
 
 
-def _rng(seed: int, *keys: int) -> np.random.Generator:
-    return np.random.default_rng([seed, *keys])
-
-
 def run_experiment(exp: Experiment, progress: bool = True) -> InterferenceResult:
     """Every policy x routing x repetition: each job alone and all jobs together.
 
@@ -1241,12 +605,12 @@ def run_experiment(exp: Experiment, progress: bool = True) -> InterferenceResult
         for rep in range(exp.repetitions):
             requests = [(j.name, j.nodes, policy.victim if j.role == "victim" else policy.aggressors) for j in specs]
             try:
-                placements = place_jobs(net.topology, requests, _rng(exp.seed, pi, rep, 0))
+                placements = place_jobs(net.topology, requests, seeded_rng(exp.seed, pi, rep, 0))
             except PlacementError as exc:
                 raise PlacementError(f"{exp.source}: policy {policy.label!r}: {exc}") from None
-            traffic = [JobTraffic(net, spec, p, _rng(exp.seed, pi, rep, 1, j))
+            traffic = [JobTraffic(net, spec, p, seeded_rng(exp.seed, pi, rep, 1, j))
                        for j, (spec, p) in enumerate(zip(specs, placements))]
-            draws = _rng(exp.seed, pi, rep, 2)
+            draws = seeded_rng(exp.seed, pi, rep, 2)
             phase = draws.random((exp.samples, len(specs)))
             fluct = draws.standard_normal((exp.samples, len(specs)))
             for routing in exp.routing:
@@ -1309,12 +673,6 @@ def simulate_experiment(path: str | Path, out: str | Path, overrides: dict[str, 
 
 
 __all__ = [
-    "PATTERNS", "PLACEMENT_POLICIES", "JOB_WIDE_POLICIES", "ROUTINGS", "SLOWDOWNS",
-    "ExperimentError", "PlacementError", "JobSpec", "SystemSpec", "SlurmSpec", "PolicySpec", "Experiment",
-    "Placement",
-    "DragonflyNetwork", "JobTraffic", "WorkloadResult", "InterferenceResult",
-    "parse_bytes", "apply_overrides", "load_experiment", "parse_experiment", "pattern_rounds",
-    "place", "place_jobs", "place_random_nodes", "place_random_routers", "place_random_groups",
-    "place_same_group", "place_same_island", "place_different_islands",
-    "simulate_workload", "run_experiment", "simulate_experiment",
+    "SLOWDOWNS", "DragonflyNetwork", "JobTraffic", "WorkloadResult", "InterferenceResult",
+    "pattern_rounds", "simulate_workload", "run_experiment", "simulate_experiment",
 ]

@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from hpcvar.parsers import microbenchmarks
+from hpcvar.rawlayout import write_manifest
 
 DATASET_APP = "collectives"
 #: Median latency (us) of each timed operation on a quiet machine, all nodes in one group.
@@ -120,7 +121,7 @@ class MicrobenchmarkRuns:
         b = (n_c / n_t) * (n_c / n_a) * 100 if n_a else 0.0
         return load, {"b": b, "n_a": n_a, "n_c": n_c, "n_t": n_t}
 
-    def run(self, write_sacct, write_manifest, upgrade_t: float | None) -> dict:
+    def run(self, write_sacct, upgrade_t: float | None) -> dict:
         p, rng = self.p, self.rng
         topo_nodes = self.c.topo.table["node"].to_numpy()
         records = []
@@ -136,8 +137,7 @@ class MicrobenchmarkRuns:
                 load, sched = self.load(start)
                 upgraded = upgrade_t is not None and start >= upgrade_t
                 job_id = str(2_000_000 + len(records))
-                rec = self.write_run(job_id, start, topo_nodes[idx], cls, load, upgraded, write_sacct,
-                                     write_manifest)
+                rec = self.write_run(job_id, start, topo_nodes[idx], cls, load, upgraded, write_sacct)
                 records.append({**rec, "wanted": wanted, "load": load, **sched, "upgraded": upgraded})
         return {"dataset": self.name, "app": DATASET_APP, "nodes": p.microbenchmark_nodes,
                 "operations": [f"{o}_{s}B" for o, s in BASE_US],
@@ -151,7 +151,7 @@ class MicrobenchmarkRuns:
                     "affects": [self.name]},
                 "runs": records}
 
-    def write_run(self, job_id, start, nodes, cls, load, upgraded, write_sacct, write_manifest) -> dict:
+    def write_run(self, job_id, start, nodes, cls, load, upgraded, write_sacct) -> dict:
         p, rng = self.p, self.rng
         rows, stdout = [], []
         for op in self.operations:

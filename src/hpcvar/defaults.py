@@ -1,0 +1,13 @@
+"""Defaults that stages which must not import one another share.
+
+The forecasting grid is the forecaster's default (:data:`hpcvar.analyses.forecast.DEFAULT_GRID`
+is this object) and the windows on which the simulator scores its oracle forecaster
+(``truth.json``'s ``oracle_mape``), so the simulated ground truth and the analysis compare the
+same windows without the simulator importing the analyses.
+"""
+
+from __future__ import annotations
+
+#: Default forecasting grid per app: temporal context m and horizon k (the paper's Figures 8, 10).
+FORECAST_GRID = {"amg": {"m": [3, 8], "k": [5, 10]}, "milc": {"m": [10, 20], "k": [20, 40]},
+                 "minivite": {"m": [2, 3], "k": [1, 2]}, "umt": {"m": [2, 3], "k": [2, 3]}}
