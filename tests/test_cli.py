@@ -10,6 +10,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from conftest import REPO
+
 HPCVAR = [sys.executable, "-m", "hpcvar"]
 
 # Every real sample of a supported kind, with the kind hpcvar must detect.
@@ -195,3 +197,32 @@ def test_inspect_a_dataset_directory(campaign, tmp_path):
     empty.mkdir()
     out = run("inspect", empty)
     assert out.returncode == 1 and "a directory, not a dataset" in out.stdout and "Errno" not in out.stdout
+
+
+def test_analyses_take_the_workflows_own_configuration(campaign, tmp_path):
+    """`--config config/config.yaml` (the workflow's file) gives each analysis its `analyses:`
+    section, as the workflow does; `--set` overrides it; an unknown setting is refused by name."""
+    import yaml
+
+    from hpcvar.cli import analysis_settings
+
+    workflow = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    for name in ("neighbourhood", "deviation", "forecast", "distributions"):
+        assert analysis_settings(workflow, name) == (workflow["analyses"].get(name) or {})
+    assert analysis_settings({"forecast": {"lr": 0.01}}, "forecast") == {"lr": 0.01}
+    assert analysis_settings({"lr": 0.01}, "forecast") == {"lr": 0.01}
+
+    ds = campaign("demo", 3, 2).dataset
+    out = run("neighbourhood", ds, "--out", tmp_path / "n", "--config", REPO / "config" / "config.yaml",
+              "--set", "top_k=3")
+    assert out.returncode == 0, out.stderr
+    params = json.loads((tmp_path / "n" / "summary.json").read_text())["params"]
+    assert params["threshold_nodes"] == workflow["analyses"]["neighbourhood"]["threshold_nodes"]
+    assert params["tau"] == workflow["analyses"]["neighbourhood"]["tau"] and params["top_k"] == 3
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("analyses:\n  forecast:\n    lr: 0.01\n    epochs: 5\n")
+    out = run("forecast", ds, "--out", tmp_path / "f", "--config", bad)
+    assert out.returncode != 0 and "unknown settings ['epochs']" in out.stderr and str(bad) in out.stderr
+    assert "max_epochs" in out.stderr  # the known ones are listed
+    assert not (tmp_path / "f" / "summary.json").exists()
