@@ -61,6 +61,22 @@ SAMPLES = _samples_dir()
 SOURCE_MIRROR = Path(os.environ.get("HPCVAR_SOURCE_MIRROR") or REPO.parent / "shared" / "sources")
 
 
+def with_required_run_columns(row: dict, start) -> dict:
+    """A hand-made ``runs`` row with a plain value for every other required column (placement
+    figures a test does not use), taken from the schema so fixtures follow it."""
+    import pyarrow as pa
+
+    from hpcvar import schema
+
+    for col in schema.RUNS.columns:
+        if col.name not in row and not col.nullable:
+            kind = col.type
+            row[col.name] = (start if pa.types.is_timestamp(kind) else [] if pa.types.is_list(kind)
+                             else 0 if pa.types.is_integer(kind) else 0.0 if pa.types.is_floating(kind)
+                             else "same-group" if col.name == "locality_dfplus" else "n/a")
+    return row
+
+
 def lines_of(path: Path) -> list[str]:
     """A captured output's lines (without line ends), to cut or edit in a test."""
     return path.read_text().splitlines()

@@ -16,6 +16,7 @@ from conftest import SALT, per_seed_group
 from hpcvar.analyses import deviation, neighbourhood
 from hpcvar.analyses.common import step_frame
 from hpcvar.anonymise import Pseudonymiser
+from hpcvar.settings import DeviationSettings
 
 SEEDS = (0, 1)
 
@@ -107,7 +108,7 @@ def test_deviation_finds_the_counter_that_drives_the_time():
                          "PT_FLIT_TOT": 1e6 * np.exp(rng.normal(0, 0.3)),
                          "RT_FLIT_TOT": 1e6 * np.exp(rng.normal(0, 0.3))})
     frame = pd.DataFrame(rows)
-    cfg = {**deviation.DEFAULTS, "folds": 4, "n_select": 1}
+    cfg = {**DeviationSettings().as_dict(), "folds": 4, "n_select": 1}
     res = deviation.cross_validate(frame, ["RT_RB_STL", "PT_FLIT_TOT", "RT_FLIT_TOT"], cfg)
     rel = res["relevance"].set_index("counter")["relevance"]
     assert rel["RT_RB_STL"] == 1.0 and rel["PT_FLIT_TOT"] == 0.0
@@ -138,27 +139,27 @@ def paper(request, campaign, tmp_path_factory):
 def test_neighbourhood_ranks_planted_culprits_on_top(paper):
     c, nb, _, _ = paper
     found = total = 0
-    for name, d in nb["datasets"].items():
+    for name, d in nb.datasets.items():
         if name not in c.truth["datasets"]:
             continue  # the microbenchmark dataset: placement and load are its planted causes, not users
         culprits = {pseudo(u) for u in c.truth["datasets"][name]["culprits"]}
-        top = [u["user"] for u in d["top_users"]]
+        top = [u.user for u in d.top_users]
         hits = len(culprits & set(top))
         assert hits >= len(culprits) / 2, (name, top, culprits)
         found, total = found + hits, total + len(culprits)
-        for u in d["top_users"]:
-            if u["user"] in culprits:
-                assert u["direction"] == "slower"
+        for u in d.top_users:
+            if u.user in culprits:
+                assert u.direction == "slower"
     assert found / total >= 0.8, (found, total)
     # The Pearson ranking, over every user and job size, has every planted culprit in its top 10
     # (measured on both seeds: 16 of 16; unchanged from when it was computed over large jobs only).
-    for name, d in nb["datasets"].items():
+    for name, d in nb.datasets.items():
         if name in c.truth["datasets"]:
-            by_r = [u["user"] for u in d["top_users_by_nodes_r"]]
+            by_r = [u.user for u in d.top_users_by_nodes_r]
             assert {pseudo(u) for u in c.truth["datasets"][name]["culprits"]} <= set(by_r), (name, by_r)
-            assert d["users_alongside"] >= d["qualified_users"]
+            assert d.users_alongside >= d.qualified_users
     # Table III: every user in it slows at least two datasets, and planted culprits are among them.
-    cross = nb["cross_dataset"]
+    cross = nb.cross_dataset
     all_culprits = {pseudo(u) for d in c.truth["datasets"].values() for u in d["culprits"]}
     assert cross and all(r["datasets"] >= 2 for r in cross)
     assert all_culprits & {r["user"] for r in cross}
@@ -166,12 +167,12 @@ def test_neighbourhood_ranks_planted_culprits_on_top(paper):
 
 def test_deviation_ranks_the_planted_driver_first(paper):
     c, _, dv, _ = paper
-    for name, d in dv["datasets"].items():
+    for name, d in dv.datasets.items():
         planted = c.truth["datasets"][name]
-        assert d["top_counter"] == planted["drivers"][0], (name, d["relevance"][:3])
-        assert d["relevance"][0]["relevance"] == 1.0
+        assert d.top_counter == planted["drivers"][0], (name, d.relevance[:3])
+        assert d.relevance[0].relevance == 1.0
         # Error: above the simulator's noise floor, and not far from the paper's < 5%.
-        assert planted["best_achievable_mape"] < d["mape"] < 0.15, (name, d["mape"])
+        assert planted["best_achievable_mape"] < d.mape < 0.15, (name, d.mape)
 
 
 def test_summaries_hold_the_figures(paper):
@@ -179,8 +180,10 @@ def test_summaries_hold_the_figures(paper):
     for analysis, summary in (("neighbourhood", nb), ("deviation", dv)):
         on_disk = json.loads((out / analysis / "summary.json").read_text())
         assert on_disk["analysis"] == analysis
+        # what the analysis returned is what it wrote, and reads back through the same class
+        assert summary.dump() == on_disk and type(summary).read(out / analysis) == summary
         assert set(on_disk["datasets"]) >= {"amg-128", "amg-512", "milc-128", "milc-512", "minivite-128", "umt-128"}
-    assert dv["paper_mape"] == 0.05
+    assert dv.paper_mape == 0.05
     for d in json.loads((out / "deviation" / "summary.json").read_text())["datasets"].values():
         assert 0 < d["mape"] < 1 and len(d["mape_per_fold"]) == d["folds"] == 10
     assert (out / "neighbourhood" / "milc-128" / "ranking.csv").exists()
@@ -197,16 +200,16 @@ def test_summaries_hold_the_figures(paper):
 
 def test_mlflow_store_holds_runs_metrics_and_models(paper):
     c, nb, dv, _ = paper
-    mlflow.set_tracking_uri(dv["mlflow"]["tracking_uri"])
-    assert dv["mlflow"]["tracking_uri"] == f"sqlite:///{c.dataset.resolve().parent / 'mlflow.db'}"
+    mlflow.set_tracking_uri(dv.mlflow.tracking_uri)
+    assert dv.mlflow.tracking_uri == f"sqlite:///{c.dataset.resolve().parent / 'mlflow.db'}"
     client = MlflowClient()
     exp = client.get_experiment_by_name("hpcvar-deviation")
     parents = {r.info.run_name: r for r in client.search_runs([exp.experiment_id],
                                                               "tags.mlflow.parentRunId IS NULL")}
-    for name, run_id in dv["mlflow"]["runs"].items():
+    for name, run_id in dv.mlflow.runs.items():
         run = client.get_run(run_id)
-        assert run.data.metrics["mape"] == pytest.approx(dv["datasets"][name]["mape"])
-        assert run.data.tags["hpcvar.top_counter"] == dv["datasets"][name]["top_counter"]
+        assert run.data.metrics["mape"] == pytest.approx(dv.datasets[name].mape)
+        assert run.data.tags["hpcvar.top_counter"] == dv.datasets[name].top_counter
         assert name in parents
         folds = client.search_runs([exp.experiment_id], f"tags.mlflow.parentRunId = '{run_id}'")
         assert len(folds) == 10 and all("mape" in f.data.metrics for f in folds)
@@ -214,15 +217,15 @@ def test_mlflow_store_holds_runs_metrics_and_models(paper):
         arts = {a.path for a in client.list_artifacts(run_id, "deviation")}
         assert "deviation/relevance.csv" in arts and "deviation/relevance.svg" in arts
     models = mlflow.search_logged_models(experiment_ids=[exp.experiment_id], output_format="list")
-    assert {m.source_run_id for m in models} >= set(dv["mlflow"]["runs"].values())
+    assert {m.source_run_id for m in models} >= set(dv.mlflow.runs.values())
     # A logged model loads and predicts on the counters it was trained with.
-    model = next(m for m in models if m.source_run_id == dv["mlflow"]["runs"]["milc-128"])
+    model = next(m for m in models if m.source_run_id == dv.mlflow.runs["milc-128"])
     loaded = mlflow.pyfunc.load_model(model.model_uri)
     cols = [c.name for c in loaded.metadata.get_input_schema().inputs]
-    assert dv["datasets"]["milc-128"]["final_selected"] == cols
+    assert dv.datasets["milc-128"].final_selected == cols
     assert np.isfinite(loaded.predict(pd.DataFrame(np.zeros((2, len(cols))), columns=cols))).all()
     nexp = client.get_experiment_by_name("hpcvar-neighbourhood")
-    assert len(client.search_runs([nexp.experiment_id])) >= len(nb["datasets"])
+    assert len(client.search_runs([nexp.experiment_id])) >= len(nb.datasets)
 
 
 def test_step_frame_normalises_counters_per_router(paper):

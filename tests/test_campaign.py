@@ -74,6 +74,7 @@ def workdir(tmp_path_factory, cluster):
     wd = tmp_path_factory.mktemp("campaign")
     for item in ("Snakefile", "workflow", "config"):
         subprocess.run(["cp", "-r", str(REPO / item), str(wd / item)], check=True)
+    (wd / "reframe_tests").symlink_to(REPO / "reframe_tests")  # the project's suite: ReFrame runs here
     return wd
 
 
@@ -201,6 +202,19 @@ else
   cp "$1" "$TABLE"
 fi
 """
+
+
+def test_a_round_needs_its_reframe_paths_in_the_current_directory(tmp_path):
+    """Not slow, no cluster: ReFrame runs where the round is started, so the default configuration
+    and a relative check path are looked up there, and a missing one is named before ReFrame runs."""
+    proc = subprocess.run([sys.executable, "-m", "hpcvar", "campaign", "round", "--report",
+                           str(tmp_path / "r" / "reframe-report.json"), "--system", "local",
+                           "--checks", "reframe_tests/microbenchmarks"], capture_output=True, text=True, cwd=tmp_path,
+                          timeout=120)
+    assert proc.returncode == 1
+    assert (f"--reframe-config config/reframe/settings.py, --checks reframe_tests/microbenchmarks: not found "
+            f"(relative paths are taken from the current directory, {tmp_path}, where ReFrame runs)") in proc.stderr
+    assert not (tmp_path / "r").exists()
 
 
 def test_schedule_line_is_installed_once_beside_the_users_entries(tmp_path):

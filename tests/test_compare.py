@@ -18,8 +18,10 @@ import pytest
 from scipy import stats
 
 from hpcvar.analyses import compare as cmp
-from hpcvar.cli import main
+from hpcvar.cli import build_parser, main
 from hpcvar.dataset import Dataset
+from hpcvar.results.compare import CompareResult
+from hpcvar.settings import CompareSettings, SettingsError
 
 REPO = Path(__file__).resolve().parents[1]
 HPCVAR = str(Path(sys.executable).with_name("hpcvar"))
@@ -237,7 +239,7 @@ def test_permutation_statistics_match_scipy():
     codes = np.r_[np.zeros(len(b), int), np.ones(len(a), int)][order]
     zs = z[order]
     dev = np.abs(zs - np.median(zs))
-    ks, ad, spread = cmp._perm_statistics(np.array([[True, False]]), codes, dev, np.r_[zs[1:] != zs[:-1], True])[0]
+    ks, ad, spread = cmp.stats._perm_statistics(np.array([[True, False]]), codes, dev, np.r_[zs[1:] != zs[:-1], True])[0]
     assert ks == pytest.approx(stats.ks_2samp(b, a).statistic)
     # scipy reports the k-sample A2 standardised (Scholz & Stephens 1987): (A2 - (k - 1)) / sigma_N.
     n, k, big_h = len(z), 2, 1 / len(b) + 1 / len(a)
@@ -317,6 +319,76 @@ def test_cli_fail_on_chooses_what_counts_as_a_regression(planted_files, capsys):
     assert main(args + ["--fail-on", "slower", "--min-effect", "10"]) == 0  # a 6% shift is below 10%
     assert main(args + ["--fail-on", "quicker"]) == 2
     assert "unknown verdict 'quicker'" in capsys.readouterr().err
+
+
+def test_run_returns_the_result_it_writes(planted_files):
+    """``run()`` is the entry point, as the other analyses': the typed result it returns is the
+    summary.json it wrote, with each pair's figure found through it."""
+    d = planted_files
+    result = cmp.run(d / "before.csv", d / "after.parquet", d / "out", {"min_effect": 10.0}, reference=d / "orig.csv",
+                     fail_on="slower")
+    assert isinstance(result, CompareResult) and result.settings.min_effect == 10.0
+    assert result.settings.correction == "holm" and result.fail_on == ["slower"]
+    assert result.before.kind == "file" and result.reference.samples == 200
+    # A 6% shift is below a 10% min_effect: nothing is slower, so no regression on slower alone.
+    assert result.verdicts["slower"] == 0 and result.exit_code == 0 and not result.regression
+    assert CompareResult.read(d / "out").dump() == result.dump() == json.loads((d / "out" / "summary.json").read_text())
+    for pair in result.pairs:
+        assert result.figure(pair) == d / "out" / pair.figure and result.figure(pair).is_file()
+    # Without an output directory nothing is written and no figure is drawn.
+    printed = cmp.run(d / "before.csv", d / "after.parquet", fail_on="slower")
+    assert [(p.test, p.variable, p.figure) for p in printed.pairs] == [(p.test, p.variable, None) for p in result.pairs]
+    assert printed.exit_code == 1  # the default min_effect (2%) calls the 6% shift slower
+    with pytest.raises(SettingsError, match="alpha"):
+        cmp.run(d / "before.csv", d / "after.parquet", config={"alpha": 2})
+    with pytest.raises(SettingsError, match="unknown setting 'n_boots'"):
+        cmp.run(d / "before.csv", d / "after.parquet", config={"n_boots": 10})
+
+
+def _compare_parser():
+    sub = next(a for a in build_parser()._actions if a.dest == "cmd")
+    return sub.choices["compare"]
+
+
+def test_cli_settings_options_are_the_compare_settings():
+    """Every CompareSettings field is an option (``--min-effect``, or its ``cli`` name), and no
+    other option is a setting: a new setting appears on the command line by itself."""
+    parser = _compare_parser()
+    others = {"before_source", "after_source", "before", "after", "reference", "out", "fail_on", "higher_is_better",
+              "lower_is_better", "reframe_config", "no_figures", "help"}
+    options = {a.dest: a for a in parser._actions}
+    assert set(options) - others == set(CompareSettings.model_fields)
+    for key, info in CompareSettings.model_fields.items():
+        flag = (info.json_schema_extra or {}).get("cli") or "--" + key.replace("_", "-")
+        assert options[key].option_strings == [flag]
+        assert f"(default {info.default})" in options[key].help
+    assert options["n_perm"].option_strings == ["--permutations"]
+    # No option given: exactly the defaults; each option sets its own field.
+    from hpcvar.settings import from_options
+    assert from_options(parser.parse_args(["b.csv", "a.csv"]), CompareSettings) == CompareSettings()
+    given = from_options(parser.parse_args(["b.csv", "a.csv", "--min-effect", "10", "--permutations", "99",
+                                            "--independent", "--seed", "3"]), CompareSettings)
+    assert given == CompareSettings(min_effect=10.0, n_perm=99, independent=True, seed=3)
+
+
+def test_cli_refuses_settings_out_of_bounds_naming_them(planted_files, capsys):
+    d = planted_files
+    code = main(["compare", str(d / "before.csv"), str(d / "after.parquet"), "--alpha", "2", "--out", str(d / "out")])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("hpcvar compare: ") and re.search(r"\balpha\b.*less than 1", err)
+    assert not (d / "out").exists()
+
+
+def test_default_reframe_config_is_relative_to_the_current_directory(tmp_path, monkeypatch, capsys):
+    """No repository is looked for: from elsewhere the default configuration is missing, and the
+    message names it, the option and the directory it was looked for in."""
+    monkeypatch.chdir(tmp_path)
+    uuid = "00000000-0000-4000-8000-000000000000"
+    assert main(["compare", f"reframe:{uuid}", f"reframe:{uuid}"]) == 2
+    err = capsys.readouterr().err
+    assert (f"reframe:{uuid}: ReFrame configuration config/reframe/settings.py not found (--reframe-config; "
+            f"relative to the current directory {tmp_path})") in err
 
 
 def test_cli_exit_0_on_identical_draws_over_many_pairs(tmp_path):

@@ -6,17 +6,21 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 import pytest
 
-from hpcvar import cli, schema
+from conftest import with_required_run_columns
+from hpcvar import cli
 from hpcvar.analyses.distributions import (cycle_minima, describe, detect_modes, histogram_from_counts,
                                            histogram_table, log_bin_size, moments_about_min, step_ratios)
 from hpcvar.dataset import Dataset
 from hpcvar.parsers.microbenchmarks import log_bin_edges
+from hpcvar.results import ResultError
+from hpcvar.results.distributions import Conditions, DistributionsResult, HistogramSummary, Histograms
+from hpcvar.settings import DistributionsSettings, SettingsError
 
 # --- PDF / CDF tables ------------------------------------------------------------------------
 
@@ -258,13 +262,7 @@ def _run(rid: str, app: str, dataset: str, k: int, total: float, num_steps: int)
                start=start, end=(start + pd.Timedelta(seconds=total)).floor("us"), total_time_s=total,
                num_steps=num_steps, state="COMPLETED", node_list=["nid00001", "nid00002"], num_routers=1, num_groups=1,
                locality="single-router")
-    for col in schema.RUNS.columns:
-        if col.name not in row and not col.nullable:
-            kind = col.type
-            row[col.name] = (start if pa.types.is_timestamp(kind) else [] if pa.types.is_list(kind)
-                             else 0 if pa.types.is_integer(kind) else 0.0 if pa.types.is_floating(kind)
-                             else "same-group" if col.name == "locality_dfplus" else "n/a")
-    return row
+    return with_required_run_columns(row, start)
 
 
 def _toy_dataset(path) -> dict:
@@ -318,25 +316,26 @@ def analysed(tmp_path_factory):
     truth = _toy_dataset(base / "dataset")
     assert cli.main(["distributions", str(base / "dataset"), "--out", str(base / "out"), "--set", "alpha=0.05"]) == 0
     text = (base / "out" / "summary.json").read_text()
-    summary = json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in summary.json"))
-    return base / "out", summary, truth
+    json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in summary.json"))
+    return base / "out", DistributionsResult.read(base / "out"), truth
 
 
 def test_application_dataset_step_and_run_time_distributions(analysed):
     out, summary, truth = analysed
-    assert set(summary["datasets"]) == {"milc-2", "confidence-5"}
-    app = summary["datasets"]["milc-2"]
-    assert app["kind"] == "application" and app["runs"] == 40
+    assert set(summary.datasets) == {"milc-2", "confidence-5"}
+    app = summary.datasets["milc-2"]
+    assert app.kind == "application" and app.runs == 40
     # Against each step's median the warm-up step and the three step kinds vanish; what is left
     # are the planted run populations: 28 runs at 1.0x and 12 at 1.5x.
-    s = app["step_ratio"]
-    assert s["n"] == 800 and s["multimodal"] and s["dip_pvalue"] < 0.05
-    assert [m["location"] for m in s["modes"]] == pytest.approx([1.0, 1.5], abs=0.05)
-    assert [m["weight"] for m in s["modes"]] == pytest.approx([0.7, 0.3], abs=1e-9)
+    s = app.step_ratio
+    assert s.n == 800 and s.multimodal and s.dip_pvalue < 0.05
+    assert [m.location for m in s.modes] == pytest.approx([1.0, 1.5], abs=0.05)
+    assert [m.weight for m in s.modes] == pytest.approx([0.7, 0.3], abs=1e-9)
     times = truth["runs"].loc[truth["runs"]["dataset"] == "milc-2", "total_time_s"]
-    rt = app["run_time_s"]
-    assert rt["n"] == 40 and rt["mean"] == pytest.approx(times.mean()) and rt["max"] == pytest.approx(times.max())
-    table = pd.read_csv(out / "milc-2" / "step_ratio_pdf.csv")
+    rt = app.run_time_s
+    assert rt.n == 40 and rt.mean == pytest.approx(times.mean()) and rt.max == pytest.approx(times.max())
+    table = pd.read_csv(out / "milc-2" / s.table)
+    assert s.table == "step_ratio_pdf.csv"
     assert table["count"].sum() == 800 and table["cdf"].iloc[-1] == pytest.approx(1.0)
     assert np.sum(table["pdf"] * (table["upper"] - table["lower"])) == pytest.approx(1.0)
     svg = (out / "milc-2" / "step_ratio.svg").read_text()
@@ -345,37 +344,38 @@ def test_application_dataset_step_and_run_time_distributions(analysed):
 
 def test_microbenchmark_dataset_modes_minima_and_histograms(analysed):
     out, summary, truth = analysed
-    mb = summary["datasets"]["confidence-5"]
-    assert mb["kind"] == "microbenchmark" and mb["runs"] == 2
-    groups = {(g["benchmark"], g["operation"], g["size_bytes"]): g for g in mb["latency"]}
+    mb = summary.datasets["confidence-5"]
+    assert mb.kind == "microbenchmark" and mb.runs == 2 and mb.step_ratio is None
+    groups = {(g.benchmark, g.operation, g.size_bytes): g for g in mb.latency}
     assert set(groups) == {("confidence", "pairwise_min", 1), ("overtime", "latency", 8),
                            ("collectives", "allreduce", 8)}
     conf = groups[("confidence", "pairwise_min", 1)]
     values = truth["latency"].query("benchmark == 'confidence'")["value_us"]
-    assert conf["n"] == 600 and conf["min"] == pytest.approx(values.min())
-    assert conf["moments_about_min"]["m2"] == pytest.approx(np.mean((values - values.min()) ** 2))
-    assert conf["multimodal"] and [m["weight"] for m in conf["modes"]] == pytest.approx([0.7, 0.3])
-    assert [m["location"] for m in conf["modes"]] == pytest.approx([2.03, 3.03], abs=0.03)
-    assert conf["cycle_minima"]["n"] == 600  # Confidence's rows are the minima themselves
+    assert conf.n == 600 and conf.min == pytest.approx(values.min())
+    assert conf.moments_about_min.m2 == pytest.approx(np.mean((values - values.min()) ** 2))
+    assert conf.multimodal and [m.weight for m in conf.modes] == pytest.approx([0.7, 0.3])
+    assert [m.location for m in conf.modes] == pytest.approx([2.03, 3.03], abs=0.03)
+    assert conf.cycle_minima.n == 600  # Confidence's rows are the minima themselves
     over = groups[("overtime", "latency", 8)]
-    assert over["n"] == 400 and over["cycle_minima"]["n"] == 8
+    assert over.n == 400 and over.cycle_minima.n == 8
     minima = np.array(truth["overtime_minima"])
-    assert over["cycle_minima"]["min"] == pytest.approx(minima.min())
-    assert over["cycle_minima"]["max"] == pytest.approx(minima.max())
-    assert over["cycle_minima"]["mean"] == pytest.approx(minima.mean())
+    assert over.cycle_minima.min == pytest.approx(minima.min())
+    assert over.cycle_minima.max == pytest.approx(minima.max())
+    assert over.cycle_minima.mean == pytest.approx(minima.mean())
     coll = groups[("collectives", "allreduce", 8)]
-    assert not coll["multimodal"] and len(coll["modes"]) == 1 and coll["cycle_minima"] is None
+    assert not coll.multimodal and len(coll.modes) == 1 and coll.cycle_minima is None
     # The timer check of the paper: 99.8% of timer costs in the first 50 ns bin.
-    timer = mb["histograms"]["timer"]
-    assert timer["n"] == 2 * 5 * 1000 and timer["share_first_bin"] == pytest.approx(0.998)
-    assert timer["first_bin"] == pytest.approx([0.0, 0.05])
-    pw = mb["histograms"]["pairwise"]
+    timer = mb.histograms.timer
+    assert isinstance(timer, HistogramSummary)
+    assert timer.n == 2 * 5 * 1000 and timer.share_first_bin == pytest.approx(0.998)
+    assert timer.first_bin == pytest.approx([0.0, 0.05])
+    pw = mb.histograms.pairwise
     edges = truth["edges"]
-    assert pw["n"] == 4 * 161 and pw["densest_bin"] == pytest.approx([edges[9], edges[10]])
+    assert pw.n == 4 * 161 and pw.densest_bin == pytest.approx([edges[9], edges[10]])
     # 640 of 644 samples lie below bin 12's upper edge (99.4%); the 4 others in the open last bin.
-    assert pw["median_bin"] == pytest.approx([edges[9], edges[10]])
-    assert pw["p99_bin"] == pytest.approx([edges[12], edges[13]])
-    assert mb["histograms"]["minima"] is None
+    assert pw.median_bin == pytest.approx([edges[9], edges[10]])
+    assert pw.p99_bin == pytest.approx([edges[12], edges[13]])
+    assert mb.histograms.minima is None
     hist = pd.read_csv(out / "confidence-5" / "histograms_pdf.csv")
     pw_rows = hist[hist["kind"] == "pairwise"].reset_index(drop=True)
     assert pw_rows["lower"].tolist() == pytest.approx([edges[9], edges[10], edges[11], edges[12], edges[13],
@@ -398,16 +398,67 @@ def test_analysis_logs_one_mlflow_run_per_dataset(analysed):
     from hpcvar import tracking
 
     _, summary, _ = analysed
-    client = MlflowClient(summary["mlflow"]["tracking_uri"])
-    exp = client.get_experiment(summary["mlflow"]["experiment_id"])
+    client = MlflowClient(summary.mlflow.tracking_uri)
+    exp = client.get_experiment(summary.mlflow.experiment_id)
     assert exp.name == tracking.EXPERIMENTS["distributions"] == "hpcvar-distributions"
-    for name, run_id in summary["mlflow"]["runs"].items():
+    for name, run_id in summary.mlflow.runs.items():
         metrics = client.get_run(run_id).data.metrics
-        assert metrics["runs"] == summary["datasets"][name]["runs"]
-    mb = client.get_run(summary["mlflow"]["runs"]["confidence-5"]).data.metrics
+        assert metrics["runs"] == summary.datasets[name].runs
+    mb = client.get_run(summary.mlflow.runs["confidence-5"]).data.metrics
     assert mb["multimodal_groups"] == 1 and mb["timer_share_first_bin"] == pytest.approx(0.998)
-    app = client.get_run(summary["mlflow"]["runs"]["milc-2"]).data.metrics
+    app = client.get_run(summary.mlflow.runs["milc-2"]).data.metrics
     assert app["step_ratio_modes"] == 2
+
+
+def test_run_returns_the_result_that_summary_json_reads_back_as(analysed, tmp_path):
+    """run() writes summary.json through DistributionsResult and returns it; reading the file back
+    gives the same result, the file holds exactly its JSON, and every figure the result names
+    (the names the report copies) is the one the analysis drew."""
+    from hpcvar.analyses.distributions import run
+
+    out, _, _ = analysed
+    result = run(out.parent / "dataset", tmp_path / "again", {"alpha": 0.05})
+    assert isinstance(result, DistributionsResult)
+    back = DistributionsResult.read(tmp_path / "again")
+    assert back == result and back.dump() == result.dump()
+    assert json.loads((tmp_path / "again" / "summary.json").read_text()) == result.dump()
+    assert result.params == DistributionsSettings(alpha=0.05)
+    drawn = {}
+    for name, d in back.datasets.items():
+        drawn[name] = [d.RUN_TIME_FIGURE, *([d.STEP_RATIO_FIGURE] if d.step_ratio else []),
+                       *[g.figure for g in d.latency or []],
+                       *[Conditions.figure_file(g.condition, g.variable) for g in d.conditions.groups]]
+        h = d.histograms
+        if h and isinstance(h.timer, HistogramSummary):
+            drawn[name].append(Histograms.figure_file("timer"))
+        if h and (isinstance(h.pairwise, HistogramSummary) or isinstance(h.minima, HistogramSummary)):
+            drawn[name].append(Histograms.figure_file("pairwise"))
+        for f in drawn[name]:
+            assert back.dataset_file(name, f).is_file(), (name, f)
+    assert {p.name for p in (tmp_path / "again" / "confidence-5").glob("*.svg")} == set(drawn["confidence-5"])
+    assert {p.name for p in (tmp_path / "again" / "milc-2").glob("*.svg")} == set(drawn["milc-2"])
+
+
+def test_a_summary_of_another_shape_is_refused_naming_the_file(analysed, tmp_path):
+    out, _, _ = analysed
+    text = (out / "summary.json").read_text()
+    assert '"runs_with_b"' in text
+    (tmp_path / "summary.json").write_text(text.replace('"runs_with_b"', '"runs_with_bg"'))
+    with pytest.raises(ResultError, match=re.escape(f"{tmp_path / 'summary.json'}: not a distributions result")
+                       + ".*runs_with_b"):
+        DistributionsResult.read(tmp_path)
+    assert DistributionsResult.read(tmp_path / "none") is None  # the analysis did not run
+
+
+def test_unknown_settings_are_refused_by_name(tmp_path):
+    """Other analyses' keys are not silently ignored: run() refuses them before reading anything."""
+    from hpcvar.analyses.distributions import run
+
+    with pytest.raises(SettingsError, match="unknown setting 'threshold_nodes'"):
+        run(tmp_path / "no-dataset", tmp_path / "out", {"alpha": 0.05, "threshold_nodes": 3})
+    with pytest.raises(SettingsError, match="mode_scale"):
+        run(tmp_path / "no-dataset", tmp_path / "out", {"mode_scale": "cubic"})
+    assert not (tmp_path / "out").exists()
 
 
 # --- background traffic and locality on the simulated system (planted truth) -----------------
@@ -418,7 +469,7 @@ def test_simulated_latency_by_locality_and_background_traffic(campaign, tmp_path
     """The simulator makes every collective slower the less local its nodes and lengthens the
     tail with the background load (simulate/microbench.py); the b heuristic, computed at
     collation from sacct alone, must see that, and equal the simulator's own b."""
-    from hpcvar.analyses.distributions import DEFAULTS, LOCALITY_ORDER, by_condition
+    from hpcvar.analyses.distributions import LOCALITY_ORDER, by_condition
 
     c = campaign("demo", seed, 15)
     ds = Dataset(c.dataset)
@@ -429,7 +480,8 @@ def test_simulated_latency_by_locality_and_background_traffic(campaign, tmp_path
     assert set(mb.index) == set(planted.index)
     assert mb["bg_traffic"].to_numpy() == pytest.approx(planted.loc[mb.index, "b"].to_numpy(), abs=1e-6)
     assert (mb["locality_dfplus"] == planted.loc[mb.index, "locality_dfplus"]).all()
-    cond = by_condition(truth["dataset"], mb.reset_index(), lat[lat["run_id"].isin(mb.index)], DEFAULTS, tmp_path)
+    cond = by_condition(truth["dataset"], mb.reset_index(), lat[lat["run_id"].isin(mb.index)],
+                        DistributionsSettings().as_dict(), tmp_path)
     groups = pd.DataFrame(cond["groups"])
     assert set(cond["runs_by_locality"]) == set(LOCALITY_ORDER)
     for var, g in groups.groupby("variable"):
@@ -442,6 +494,7 @@ def test_simulated_latency_by_locality_and_background_traffic(campaign, tmp_path
     assert cond["b_edges"][0] >= 0 and cond["b_edges"][-1] <= 100
     written = pd.read_csv(tmp_path / "conditions.csv")
     assert len(written) == len(groups) and (tmp_path / "by_locality_collectives-allreduce-8-B.svg").is_file()
+    assert Conditions.figure_file("locality", "collectives allreduce 8 B") == "by_locality_collectives-allreduce-8-B.svg"
 
 
 def test_dip_test_beyond_its_tables_uses_order_statistics():

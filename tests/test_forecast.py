@@ -12,6 +12,8 @@ import pytest
 
 from conftest import per_seed_group
 from hpcvar.analyses import common, forecast
+from hpcvar.results.forecast import ForecastResult
+from hpcvar.settings import SettingsError
 
 # --- small synthetic series -----------------------------------------------------------------------
 
@@ -178,7 +180,7 @@ def test_cell_with_runs_too_short_is_skipped():
 
 
 def test_configure_rejects_unknown_settings():
-    with pytest.raises(KeyError, match="unknown forecast settings"):
+    with pytest.raises(SettingsError, match="forecast settings: unknown setting 'epochs'"):
         forecast.configure({"epochs": 3})
     with pytest.raises(KeyError, match="unknown feature sets"):
         forecast.configure({"feature_sets": ["job+sys"]})
@@ -240,40 +242,42 @@ def campaign(request, tmp_path_factory):
     return {"seed": seed, "base": base, "summary": summary}
 
 
-def _cell(summary: dict, name: str) -> pd.DataFrame:
-    d = summary["datasets"][name]
-    grid = pd.DataFrame(d["grid"])
-    return grid[(grid["m"] == d["best"]["m"]) & (grid["k"] == d["best"]["k"])]
+def _cell(summary, name: str) -> pd.DataFrame:
+    d = summary.datasets[name]
+    grid = pd.DataFrame([r.model_dump() for r in d.grid])
+    return grid[(grid["m"] == d.best.m) & (grid["k"] == d.best.k)]
 
 
 def test_summary_fields(campaign):
     base, summary = campaign["base"], campaign["summary"]
-    assert summary == json.loads((base / "forecast" / "summary.json").read_text())
-    assert summary["tracking_uri"] == f"sqlite:///{base / 'mlflow.db'}"
-    assert summary["params"]["folds"] == 3
+    assert summary.dump() == json.loads((base / "forecast" / "summary.json").read_text())
+    assert ForecastResult.read(base / "forecast") == summary
+    assert summary.tracking_uri == f"sqlite:///{base / 'mlflow.db'}"
+    assert summary.params.folds == 3
     for name in MILC:
-        d = summary["datasets"][name]
-        assert d["runs"] >= 30 and d["steps"] == 80 and d["folds"] == 3
-        assert d["feature_sets"] == list(forecast.FEATURE_SETS)
-        grid = pd.DataFrame(d["grid"])
+        d = summary.datasets[name]
+        assert d.runs >= 30 and d.steps == 80 and d.folds == 3
+        assert d.feature_sets == list(forecast.FEATURE_SETS)
+        assert (base / "forecast" / d.figure(name, "grid_figure")).is_file()
+        grid = pd.DataFrame([r.model_dump() for r in d.grid])
         assert set(grid["model"]) == {*forecast.MODELS, "oracle"}
         assert np.isfinite(grid["mape"]).all() and (grid["mape"] > 0).all()
-        assert (grid["n_windows"] == d["runs"] * (80 - 20 - 10 + 1)).all()
+        assert (grid["n_windows"] == d.runs * (80 - 20 - 10 + 1)).all()
         assert (grid.loc[grid["model"] == "attention", "train_seconds"] > 0).all()
         # k = 80 leaves no window in an 80-step run: that cell is skipped with a note.
         assert set(grid["k"]) == {20}
-        assert any("m=10 k=80 skipped" in n for n in d["notes"])
-        assert d["best"]["m"] == 10 and np.isfinite(d["best"]["mape_attention"])
+        assert any("m=10 k=80 skipped" in n for n in d.notes)
+        assert d.best.m == 10 and np.isfinite(d.best.mape_attention)
         # The oracle scored on our windows matches the simulator's own score of its windows
         # (t_c from m to T - k): the two agree on what t_c, m and k mean.
-        assert set(d["oracle_mape"]) == {"m=10,k=20"}
-        assert d["oracle_mape"]["m=10,k=20"] == pytest.approx(d["oracle_mape_truth"]["m=10,k=20"], rel=1e-6)
-        imp = pd.DataFrame(d["importance"])
+        assert set(d.oracle_mape) == {"m=10,k=20"}
+        assert d.oracle_mape["m=10,k=20"] == pytest.approx(d.oracle_mape_truth["m=10,k=20"], rel=1e-6)
+        imp = pd.DataFrame([r.model_dump() for r in d.importance])
         assert imp["feature"].iloc[0] and np.isfinite(imp["mape_increase"]).all()
         assert "duration" in set(imp["feature"])
-        for f in d["files"].values():
+        for f in d.files.model_dump(exclude_none=True).values():
             assert (base / "forecast" / name / f).stat().st_size > 0
-        assert d["mlflow"]["run_id"] and d["mlflow"]["experiment_id"]
+        assert d.mlflow.run_id and d.mlflow.experiment_id
 
 
 def test_attention_beats_every_baseline(campaign):
@@ -300,16 +304,16 @@ def test_attention_within_target_of_oracle(campaign):
 
 def test_long_run_forecast(campaign):
     base, summary = campaign["base"], campaign["summary"]
-    lr = summary["datasets"]["milc-128"]["long_run"]
-    assert lr["dataset"] == "milc-128-long" and (lr["m"], lr["k"]) == (30, 40)
-    assert lr["segments"] >= (620 - 30) // 40
-    assert np.isfinite(lr["mape"]) and lr["mape"] < 0.5
-    assert lr["mape"] < lr["mape_profile"]
+    lr = summary.datasets["milc-128"].long_run
+    assert lr.dataset == "milc-128-long" and (lr.m, lr.k) == (30, 40)
+    assert lr.segments >= (620 - 30) // 40
+    assert np.isfinite(lr.mape) and lr.mape < 0.5
+    assert lr.mape < lr.mape_profile
     table = pd.read_csv(base / "forecast" / "milc-128" / "long_run.csv")
     assert (table["last_step"] - table["first_step"] == 39).all() and table["last_step"].max() <= 620
     svg = (base / "forecast" / "milc-128" / "long_run.svg").read_text()
     assert svg.lstrip().startswith("<?xml") and "<svg" in svg
-    assert "milc-128-long" not in summary["datasets"]
+    assert "milc-128-long" not in summary.datasets
 
 
 def test_long_run_reads_the_neighbours_presence(campaign, tmp_path):
@@ -353,17 +357,17 @@ def test_mlflow_store(campaign):
     from mlflow import MlflowClient
 
     summary = campaign["summary"]
-    client = MlflowClient(tracking_uri=summary["tracking_uri"])
+    client = MlflowClient(tracking_uri=summary.tracking_uri)
     exp = client.get_experiment_by_name("hpcvar-forecast")
     runs = client.search_runs([exp.experiment_id], max_results=1000)
     parents = {r.info.run_name: r for r in runs if "mlflow.parentRunId" not in r.data.tags}
     assert set(parents) == set(MILC)
     for name in MILC:
         parent = parents[name]
-        assert parent.info.run_id == summary["datasets"][name]["mlflow"]["run_id"]
+        assert parent.info.run_id == summary.datasets[name].mlflow.run_id
         assert parent.data.tags["hpcvar.dataset"] == name
         assert parent.data.params["folds"] == "3" and parent.data.params["seed"] == str(campaign["seed"])
-        best = summary["datasets"][name]["best"]["mape_attention"]
+        best = summary.datasets[name].best.mape_attention
         assert parent.data.metrics["best_mape_attention"] == pytest.approx(best)
         assert [i.dataset.name for i in parent.inputs.dataset_inputs] == [name]
         nested = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
@@ -379,6 +383,6 @@ def test_mlflow_store(campaign):
         # The logged attention model loads and forecasts log-ratios from its input example.
         att = mlflow.pyfunc.load_model(next(m for m in models if m.name == "attention").artifact_location)
         example = att.input_example
-        assert example.shape[1] == 10 and example.shape[2] == len(summary["datasets"][name]["importance"])
+        assert example.shape[1] == 10 and example.shape[2] == len(summary.datasets[name].importance)
         pred = np.asarray(att.predict(example))
         assert pred.shape == (len(example),) and np.isfinite(pred).all() and np.abs(pred).max() < 1

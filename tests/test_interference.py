@@ -19,11 +19,13 @@ import pandas as pd
 import pytest
 import yaml
 
+from conftest import with_required_run_columns
 from hpcvar.cli import main
 from hpcvar.experiments.placement import Placement, PlacementError, place, place_jobs
 from hpcvar.experiments.spec import (
     ExperimentError, JobSpec, SystemSpec, load_experiment, parse_bytes, parse_experiment,
 )
+from hpcvar.results.interference import InterferenceResult
 from hpcvar.simulate.interference import (
     GLOBAL, LOCAL, DragonflyNetwork, JobTraffic, run_experiment, simulate_workload,
 )
@@ -400,11 +402,97 @@ def test_cli_writes_tables_and_is_deterministic(tmp_path, capsys):
     jobs = pd.read_parquet(tmp_path / "a" / "jobs.parquet")
     assert len(jobs) == 2 * 2 * 2  # routing x repetition x job
     assert {"slowdown_total", "slowdown_comm", "slowdown_latency", "node_list", "locality_dfplus"} <= set(jobs.columns)
-    summary = json.loads((tmp_path / "a" / "summary.json").read_text())
-    assert set(summary["slowdowns"]) == {"milc", "ml"} and summary["system"]["nodes"] == 32
+    summary = InterferenceResult.read(tmp_path / "a")
+    assert summary.simulated and summary.experiment == "tiny" and summary.repetitions == 2
+    assert set(summary.slowdowns) == {"milc", "ml"} and summary.system.nodes == 32
+    victim = jobs[jobs["job"] == "milc"].groupby(["policy", "routing"])["slowdown_latency"].median()
+    assert {r: f.slowdown_latency for r, f in summary.slowdowns["milc"]["random-groups"].items()} == pytest.approx(
+        victim["random-groups"].to_dict())
+    # The file is the result's JSON: nothing the simulation does not write (no mode, runs, notes).
+    written = json.loads((tmp_path / "a" / "summary.json").read_text())
+    assert written == summary.dump() and not {"mode", "runs", "notes"} & set(written)
     assert yaml.safe_load((tmp_path / "a" / "experiment.yaml").read_text())["repetitions"] == 2
 
     bad = tmp_path / "bad.yaml"
     bad.write_text(GOOD.replace("nodes: 16", "nodes: 40"))
     assert main(["interference", "simulate", str(bad), "--out", str(tmp_path / "c")]) == 2
     assert "policy 'random-groups': job 'ml' (40 nodes): random-groups" in capsys.readouterr().err
+
+
+# --- a real experiment's slowdowns (hpcvar interference analyse), from a hand-made experiment ---
+
+def _real_experiment(path: Path) -> None:
+    """The books and the collated runs of a two-repetition experiment on Slurm, as `hpcvar
+    interference run` leaves them: a microbenchmark victim whose medians double (8 B) and grow
+    1.5x (64 KiB) next to the aggressor, and an aggressor whose mixed run of repetition 1 never
+    reached the dataset."""
+    from hpcvar.dataset import Dataset
+
+    t0 = pd.Timestamp("2026-01-05 10:00", tz="UTC")
+    book, runs, lat = [], [], []
+    for rep in (0, 1):
+        for w, workload in enumerate(("alone", "mixed")):
+            for job, role, test, pattern in (("coll", "victim", "Collectives", "allreduce"),
+                                              ("noise", "aggressor", "Aggressor", "uniform-random")):
+                rid = f"site-{rep}{w}{int(role == 'aggressor')}"
+                book.append({"experiment": "hand", "policy": "random-nodes", "victim_policy": "random-nodes",
+                             "aggressor_policy": "random-nodes", "repetition": rep, "workload": workload,
+                             "job": job, "role": role, "test": test, "pattern": pattern, "nodes": 2,
+                             "node_list": "n[1-2]", "num_routers": 1, "num_groups": 1, "run_id": rid})
+                if (rep, workload, job) == (1, "mixed", "noise"):
+                    continue
+                start = t0 + pd.Timedelta(hours=4 * rep + 2 * w)
+                total = 30.0 if role == "aggressor" else (12.0 if workload == "mixed" else 10.0)
+                row = {"run_id": rid, "system": "site", "app": job, "dataset": f"{job}-2", "num_nodes": 2,
+                       "job_id": rid.split("-")[1], "start": start, "end": start + pd.Timedelta(seconds=total),
+                       "total_time_s": total, "num_steps": 0, "state": "COMPLETED", "node_list": ["n1", "n2"],
+                       "num_routers": 1, "num_groups": 1, "locality": "single-router"}
+                runs.append(with_required_run_columns(row, start))
+                if role == "victim":
+                    for size, base in ((8, 10.0), (65536, 100.0)):
+                        factor = (2.0 if size == 8 else 1.5) if workload == "mixed" else 1.0
+                        lat += [{"run_id": rid, "benchmark": "collectives", "operation": "allreduce",
+                                 "size_bytes": size, "pair": "", "cycle": 0, "iteration": i,
+                                 "value_us": base * factor * (1 + 0.01 * (i % 3))} for i in range(9)]
+                else:  # one iteration every 3 s over its 30 s; the victim's mixed run is its 2nd..14th s
+                    lat += [{"run_id": rid, "benchmark": "aggressor", "operation": "uniform-random",
+                             "size_bytes": 262144, "pair": "", "cycle": 0, "iteration": i,
+                             "value_us": 500.0 * (1.2 if workload == "mixed" and 2 <= 3 * i <= 14 else 1.0),
+                             "start_epoch_s": start.timestamp() + 3 * i} for i in range(10)]
+    # The aggressor's mixed job starts with the victim's: shift the victims' mixed runs by 2 s.
+    for row in runs:
+        if row["app"] == "coll" and row["run_id"][-2] == "1":
+            row["start"] += pd.Timedelta(seconds=2)
+            row["end"] += pd.Timedelta(seconds=2)
+    path.mkdir(parents=True)
+    pd.DataFrame(book).to_csv(path / "experiment.csv", index=False)
+    Dataset(path / "dataset").append({"runs": pd.DataFrame(runs), "latency": pd.DataFrame(lat)})
+
+
+def test_a_real_experiments_slowdowns_are_written_and_read_through_the_same_result(tmp_path, capsys):
+    from hpcvar.analyses.interference import analyse
+
+    _real_experiment(tmp_path / "exp")
+    result = analyse(tmp_path / "exp", tmp_path / "out")
+    assert isinstance(result, InterferenceResult) and result.mode == "slurm" and not result.simulated
+    assert InterferenceResult.read(tmp_path / "out") == result
+    written = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert written == result.dump() and not {"seed", "samples", "system", "elapsed_s"} & set(written)
+    assert result.experiment == "hand" and result.repetitions == 2
+    assert result.runs.collated == 7 and result.runs.failed == []
+    assert result.notes == ["random-nodes repetition 1 noise: no slowdown, mixed run site-111 (not collated)"]
+    assert result.jobs["coll"].role == "victim" and result.jobs["coll"].message_bytes is None
+    coll = result.slowdowns["coll"]["random-nodes"]["site"]
+    assert coll.slowdown_latency == pytest.approx(np.sqrt(2.0 * 1.5))  # geometric mean over the two sizes
+    assert coll.slowdown_total == pytest.approx(1.2) and coll.slowdown_max_latency is None
+    noise = result.slowdowns["noise"]["random-nodes"]["site"]  # repetition 0 only
+    jobs = pd.read_csv(tmp_path / "out" / InterferenceResult.table("jobs"))
+    assert noise.slowdown_latency == pytest.approx(jobs.query("job == 'noise' and repetition == 0")
+                                                   ["slowdown_latency"].iloc[0]) and noise.slowdown_latency > 1
+    assert jobs.query("job == 'noise' and repetition == 1")["slowdown_latency"].isna().all()
+    # The command prints the same result.
+    assert main(["interference", "analyse", str(tmp_path / "exp"), "--analysis-out", str(tmp_path / "cli")]) == 0
+    out = capsys.readouterr()
+    assert f"  coll           random-nodes           1.200 {coll.slowdown_comm:7.3f}   1.732\n" in out.out
+    assert "note: random-nodes repetition 1 noise: no slowdown" in out.err
+    assert InterferenceResult.read(tmp_path / "cli").slowdowns == result.slowdowns

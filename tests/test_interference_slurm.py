@@ -8,7 +8,6 @@ alone and together, checked through their sacct records and the experiment's tab
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -22,6 +21,7 @@ import yaml
 
 from hpcvar.campaign import interference as real
 from hpcvar.experiments.spec import ExperimentError, SlurmSpec, parse_experiment
+from hpcvar.results.interference import InterferenceResult
 from hpcvar.topology import Topology
 
 REPO = Path(__file__).resolve().parents[1]
@@ -108,6 +108,28 @@ def test_reframe_command_pins_the_nodes_and_passes_the_aggressor_spec(topo, tmp_
         real.test_of(parse_experiment({**exp.document, "victim": {**exp.document["victim"], "test": "lammps"}}).victim)
 
 
+def test_relative_paths_of_the_file_are_taken_from_the_current_directory(tmp_path, monkeypatch):
+    """ReFrame runs in the current directory: the file's relative paths are looked up there (the
+    project directory has the default configuration and checks), and a missing one is named with
+    its key before anything is submitted."""
+    exp = experiment(["random-nodes"])
+    monkeypatch.chdir(REPO)
+    real.check_paths(exp.slurm)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(real.ExperimentRunError, match=r"slurm.reframe_config: config/reframe/settings.py not found "
+                                                      rf"\(relative to the current directory {tmp_path}\)"):
+        real.run(exp, tmp_path / "out")
+    assert not (tmp_path / "out" / "placements").exists()
+    spec = SlurmSpec(reframe_config=str(REPO / "config" / "reframe" / "settings.py"),
+                     checks=(str(REPO / "reframe_tests"),), topology="site/topology.csv")
+    real.check_paths(spec)  # absolute paths work from anywhere
+    with pytest.raises(real.ExperimentRunError, match=r"slurm.topology: site/topology.csv not found \(relative to"):
+        real.topology_for(spec, ["n1"], tmp_path)
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "topology.csv").write_text("node,router,group\nn1,r1,g1\n")
+    assert real.topology_for(spec, ["n1"], tmp_path) == Path("site/topology.csv")
+
+
 def test_slurm_section_is_validated():
     with pytest.raises(ExperimentError, match="slurm.share_nodes: expected true or false"):
         experiment(["random-nodes"], share_nodes="yes")
@@ -149,7 +171,9 @@ def cluster():
 @pytest.fixture(scope="module")
 def toy_run(cluster, tmp_path_factory):
     base = tmp_path_factory.mktemp("interference-slurm")
-    (base / "toy.yaml").write_text(yaml.safe_dump(TOY, sort_keys=False))
+    # Run from outside the project: its ReFrame configuration and checks by absolute paths.
+    suite = {"reframe_config": str(REPO / "config" / "reframe" / "settings.py"), "checks": [str(REPO / "reframe_tests")]}
+    (base / "toy.yaml").write_text(yaml.safe_dump({**TOY, "slurm": {**TOY["slurm"], **suite}}, sort_keys=False))
     env = {**cluster, "HPCVAR_SALT": "toy-salt"}
     out = subprocess.run([sys.executable, "-m", "hpcvar", "interference", "run", str(base / "toy.yaml"), "--out",
                           str(base / "out")], capture_output=True, text=True, env=env, timeout=1200, cwd=base)
@@ -198,9 +222,9 @@ def test_a_real_experiment_runs_alone_and_mixed_and_keeps_its_books(toy_run):
     assert 0 < len(got) == len(inside) < len(mixed_aggr)  # only the iterations that met the victim
     assert all(np.isfinite(jobs.loc[j, s]) and jobs.loc[j, s] > 0 for j in ("collectives", "noise")
                for s in ("slowdown_total", "slowdown_comm", "slowdown_latency"))
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["mode"] == "slurm" and summary["runs"]["collated"] == 4 and not summary["runs"]["failed"]
-    assert summary["slowdowns"]["collectives"]["random-nodes"]["site"]["slowdown_latency"] == pytest.approx(
+    summary = InterferenceResult.read(out)
+    assert summary.mode == "slurm" and summary.runs.collated == 4 and not summary.runs.failed
+    assert summary.slowdowns["collectives"]["random-nodes"]["site"].slowdown_latency == pytest.approx(
         jobs.loc["collectives", "slowdown_latency"])
 
 
@@ -232,6 +256,7 @@ def test_the_workflow_runs_the_experiment_on_slurm_with_the_profile(cluster, tmp
     for item in ("Snakefile", "workflow", "config"):
         src = REPO / item
         (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / item)
+    (tmp_path / "reframe_tests").symlink_to(REPO / "reframe_tests")  # the project's suite: ReFrame runs here
     (tmp_path / "toy.yaml").write_text(yaml.safe_dump({**TOY, "slurm": {**TOY["slurm"], "aggressor_duration_s": 15}},
                                                       sort_keys=False))
     (tmp_path / "run.yaml").write_text("interference:\n  experiment: toy.yaml\n  mode: slurm\n")
@@ -239,8 +264,8 @@ def test_the_workflow_runs_the_experiment_on_slurm_with_the_profile(cluster, tmp
     out = snakemake(target, "--profile", str(REPO / "profiles" / "local-slurm"), "--configfile", "run.yaml",
                     cwd=tmp_path, env={**cluster, "HPCVAR_SALT": "wf-salt"}, timeout=1200)
     assert out.returncode == 0, out.stderr[-4000:]
-    summary = json.loads((tmp_path / target).read_text())
-    assert summary["mode"] == "slurm" and summary["runs"]["collated"] == 4
+    summary = InterferenceResult.read((tmp_path / target).parent)  # where the report reads it
+    assert summary.mode == "slurm" and summary.runs.collated == 4
     book = pd.read_csv(tmp_path / "results" / "interference" / "experiment.csv")
     jobs = pd.read_csv(tmp_path / "results" / "analyses" / "interference" / "jobs.csv")
     assert len(book) == 4 and sorted(jobs["job"]) == ["collectives", "noise"]

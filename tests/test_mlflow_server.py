@@ -71,11 +71,11 @@ def test_ui_path_experiments_runs_metrics_models_artifacts(server):
     runs = call(base, "/api/2.0/mlflow/runs/search",
                 {"experiment_ids": [dev_id], "filter": "tags.mlflow.parentRunId IS NULL", "max_results": 100})["runs"]
     by_name = {r["info"]["run_name"]: r for r in runs}
-    dev = summaries["deviation"]["datasets"]
+    dev = summaries["deviation"].datasets
     assert set(by_name) == set(dev)
     for name, run in by_name.items():
         metrics = {m["key"]: m["value"] for m in run["data"]["metrics"]}
-        assert metrics["mape"] == pytest.approx(dev[name]["mape"])
+        assert metrics["mape"] == pytest.approx(dev[name].mape)
 
     # Comparing models: the logged LightGBM deviation models, one per dataset, with signatures.
     models = call(base, "/api/2.0/mlflow/logged-models/search", {"experiment_ids": [dev_id]})["models"]
@@ -89,7 +89,7 @@ def test_ui_path_experiments_runs_metrics_models_artifacts(server):
 
     nb_id = exps["hpcvar-neighbourhood"]["experiment_id"]
     nb_runs = call(base, "/api/2.0/mlflow/runs/search", {"experiment_ids": [nb_id], "max_results": 100})["runs"]
-    assert {r["info"]["run_name"] for r in nb_runs} == set(summaries["neighbourhood"]["datasets"])
+    assert {r["info"]["run_name"] for r in nb_runs} == set(summaries["neighbourhood"].datasets)
 
 
 def test_parallel_analyses_share_one_store(campaign, tmp_path):

@@ -40,7 +40,7 @@ def export(dataset: Path, out: Path, per_job: bool) -> tuple[Path, Path]:
 
 def rankings(dataset: Path, out: Path) -> dict[str, pd.DataFrame]:
     summary = neighbourhood.run(dataset, out)
-    return {name: pd.read_csv(out / name / "ranking.csv") for name in summary["datasets"]}
+    return {name: pd.read_csv(out / name / "ranking.csv") for name in summary.datasets}
 
 
 def test_tables_from_a_simulated_campaign_give_the_same_rankings(campaign, tmp_path):

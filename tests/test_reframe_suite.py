@@ -284,7 +284,7 @@ def test_reframe_runs_import_into_the_dataset_and_the_report(local_run, tmp_path
     from hpcvar.analyses import distributions
 
     summary = distributions.run(tmp_path / "dataset", tmp_path / "analyses" / "distributions")
-    assert {d["kind"] for d in summary["datasets"].values()} == {"microbenchmark"}
+    assert {d.kind for d in summary.datasets.values()} == {"microbenchmark"}
     report = build(tmp_path / "dataset", tmp_path / "report.html", analyses_dir=tmp_path / "analyses",
                    figures_dir=tmp_path / "figures")
     assert not report["sections"]["distributions"]["empty"]

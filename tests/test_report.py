@@ -65,6 +65,67 @@ def test_interference_section_reads_the_experiments_tables(campaign, tmp_path):
     assert "What-if on the simulated dragonfly" in html
 
 
+def test_interference_section_reads_a_real_experiments_result(campaign, tmp_path):
+    """In slurm mode the section reads the summary `hpcvar interference analyse` wrote, through the
+    same result class as the simulation's, and says how many runs the experiment collated."""
+    from test_interference import _real_experiment
+
+    from hpcvar.analyses.interference import analyse
+
+    c = campaign("demo", 0, 15)
+    _real_experiment(tmp_path / "exp")
+    result = analyse(tmp_path / "exp", tmp_path / "analyses" / "interference")
+    report = build(c.dataset, tmp_path / "report.html", analyses_dir=tmp_path / "analyses",
+                   figures_dir=tmp_path / "figures")
+    sec = report["sections"]["interference"]
+    assert not sec["empty"] and {Path(f).parent.name for f in sec["figures"]} == {"coll", "noise"}
+    html = (tmp_path / "report.html").read_text()
+    assert f"A real experiment on the cluster ({result.runs.collated} runs" in html
+    assert "experiment hand:" in html and result.notes[0] in html
+
+
+def test_distribution_sections_read_the_result_and_its_figures(campaign, tmp_path):
+    """The background and distributions sections show the figures the result names (the files the
+    analysis drew), and a summary.json of another shape stops the report, naming the file."""
+    from hpcvar.analyses import distributions
+    from hpcvar.results import ResultError
+    from hpcvar.results.distributions import Conditions, HistogramSummary, Histograms
+
+    c = campaign("demo", 0, 15)
+    result = distributions.run(c.dataset, tmp_path / "analyses" / "distributions")
+    report = build(c.dataset, tmp_path / "report.html", analyses_dir=tmp_path / "analyses",
+                   figures_dir=tmp_path / "figures")
+    shown = {sid: {(Path(f).parent.name, Path(f).name) for f in report["sections"][sid]["figures"]}
+             for sid in ("background", "distributions")}
+    expect = {"background": set(), "distributions": set()}
+    for name, d in result.datasets.items():
+        if d.conditions.groups:
+            first = d.conditions.variables[0]
+            expect["background"] |= {(name, Conditions.figure_file(cond, first)) for cond in ("b", "locality")}
+        if d.kind == "application":
+            expect["distributions"].add((name, d.STEP_RATIO_FIGURE))
+            continue
+        expect["distributions"] |= {(name, g.figure) for g in d.latency or []}
+        h = d.histograms
+        if h and isinstance(h.timer, HistogramSummary):
+            expect["distributions"].add((name, Histograms.figure_file("timer")))
+        if h and (isinstance(h.pairwise, HistogramSummary) or isinstance(h.minima, HistogramSummary)):
+            expect["distributions"].add((name, Histograms.figure_file("pairwise")))
+    assert shown == expect and expect["background"] and expect["distributions"]
+    for sid in shown:
+        for name, file in shown[sid]:
+            copied = tmp_path / "figures" / sid / name / file
+            assert copied.read_bytes() == result.dataset_file(name, file).read_bytes()
+    html = (tmp_path / "report.html").read_text()
+    app = next(d for d in result.datasets.values() if d.kind == "application")
+    assert f"Step times span {app.step_ratio.p01:.2f}x to {app.step_ratio.p99:.2f}x" in html
+
+    summary = tmp_path / "analyses" / "distributions" / "summary.json"
+    summary.write_text(summary.read_text().replace('"step_ratio"', '"step_ratios"'))
+    with pytest.raises(ResultError, match=re.escape(str(summary))):
+        build(c.dataset, tmp_path / "again.html", analyses_dir=tmp_path / "analyses", figures_dir=tmp_path / "f2")
+
+
 def test_failed_runs_are_counted_and_drawn(campaign, tmp_path):
     c = campaign("demo", 0, 15)
     failed = [json.loads(line) for line in (c.dataset / "quarantine.jsonl").read_text().splitlines()]
@@ -89,7 +150,7 @@ def test_report_pseudonymises_a_dataset_collated_with_real_names(campaign, tmp_p
     real = set(neigh["user"])
     assert not any(PSEUDONYM.fullmatch(u) for u in real)
     summary = neighbourhood.run(tmp_path / "dataset", tmp_path / "analyses" / "neighbourhood")
-    top = next(iter(summary["datasets"].values()))["top_users"][0]["user"]
+    top = next(iter(summary.datasets.values())).top_users[0].user
     assert top in real
 
     salt = b"report-test-salt"

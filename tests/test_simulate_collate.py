@@ -23,7 +23,7 @@ from hpcvar.dataset import Dataset
 from hpcvar.parsers import apps, detect, inspect, ldms
 from hpcvar.rawlayout import write_manifest
 from hpcvar.simulate import simulate
-from hpcvar.simulate.presets import get_preset
+from hpcvar.simulate.presets import get_preset, upgrade_windows
 from hpcvar.topology import LOCALITY_CLASSES
 
 
@@ -85,6 +85,29 @@ def test_preset_overrides_are_typed_and_checked():
     assert get_preset("paper", {"days": "30"}).days == 30
     with pytest.raises(KeyError, match="unknown preset fields"):
         get_preset("demo", {"dayz": 3})
+
+
+def test_upgrade_windows_split_the_campaign_at_the_planted_upgrade(demo):
+    """The workflow's default ``compare:`` ranges: every microbenchmark run of the planted upgrade's
+    campaign started before it falls in the first window, every one after it in the second."""
+    from hpcvar.analyses.compare import parse_range
+
+    before, after = upgrade_windows("demo")
+    assert (before, after) == ("2018-12-01..2018-12-10", "2018-12-11..2018-12-15")
+    _, _, truth, _ = demo
+    (b0, b1), (a0, a1) = parse_range(before), parse_range(after)
+    runs = truth["microbenchmarks"]["runs"]
+    assert {r["upgraded"] for r in runs} == {False, True}
+    for r in runs:
+        start = pd.Timestamp(r["start"])
+        assert (a0 <= start <= a1) if r["upgraded"] else (b0 <= start <= b1), r
+    assert upgrade_windows("demo", {"days": 3, "upgrade_day": 1}) == ("2018-12-01..2018-12-01",
+                                                                      "2018-12-02..2018-12-03")
+    assert upgrade_windows("paper", {"start": "2026-01-01T00:00:00"}) == ("2026-01-01..2026-04-10",
+                                                                          "2026-04-11..2026-05-30")
+    # No upgrade, one on the first day or after the campaign, or no microbenchmark it could change.
+    for overrides in ({"upgrade_day": -1}, {"upgrade_day": 0}, {"upgrade_day": 15}, {"microbenchmark_nodes": 0}):
+        assert upgrade_windows("demo", overrides) is None, overrides
 
 
 # --- the collated dataset against the planted truth ----------------------------------------

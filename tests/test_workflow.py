@@ -62,6 +62,28 @@ def test_main_job_end_to_end(main_job):
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
 
 
+def test_every_summary_reads_back_through_its_typed_result(main_job):
+    """The report reads each analysis through its result class (hpcvar.results): every summary.json
+    of the main job loads through it and writes back unchanged: no key lost, renamed or added."""
+    import json
+
+    from hpcvar.results.compare import CompareResult
+    from hpcvar.results.deviation import DeviationResult
+    from hpcvar.results.distributions import DistributionsResult
+    from hpcvar.results.forecast import ForecastResult
+    from hpcvar.results.interference import InterferenceResult
+    from hpcvar.results.neighbourhood import NeighbourhoodResult
+
+    assert main_job.result.returncode == 0, main_job.result.stderr[-3000:]
+    analyses = main_job.results / "analyses"
+    kinds = (NeighbourhoodResult, DeviationResult, ForecastResult, DistributionsResult, CompareResult,
+             InterferenceResult)
+    assert {k.NAME for k in kinds} == {p.name for p in analyses.iterdir() if (p / "summary.json").is_file()}
+    for kind in kinds:
+        result = kind.read(analyses / kind.NAME)
+        assert result.dump() == json.loads((analyses / kind.NAME / "summary.json").read_text()), kind.NAME
+
+
 def test_main_job_finds_the_planted_upgrade(main_job):
     """The demo campaign's simulator changes the shape of every collective's latency on its
     upgrade day (same mean and median, a second mode); the main job's regression check splits

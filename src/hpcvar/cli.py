@@ -112,14 +112,16 @@ def cmd_analysis(a) -> int:
 
         config = analysis_settings(yaml.safe_load(Path(a.config).read_text()) or {}, a.cmd)
     config.update({k: yaml_value(v) for k, v in _kv(a.set).items()})
-    unknown = sorted(set(config) - set(module.DEFAULTS))
-    if unknown:
-        raise SystemExit(f"hpcvar {a.cmd}: unknown settings {unknown}"
-                         f"{f' in {a.config}' if a.config else ''}; known: {', '.join(sorted(module.DEFAULTS))}")
-    summary = module.run(a.dataset, a.out, config)
+    from hpcvar.settings import ANALYSES, SettingsError
+
+    try:  # refused here, naming the file, before the dataset is read
+        ANALYSES[a.cmd].from_mapping(config, a.config or "the --set options")
+    except SettingsError as exc:
+        raise SystemExit(f"hpcvar {a.cmd}: {exc}") from None
+    result = module.run(a.dataset, a.out, config)
     from hpcvar import tracking
 
-    print(f"{a.cmd}: {len(summary['datasets'])} datasets -> {Path(a.out) / 'summary.json'} "
+    print(f"{a.cmd}: {len(result.datasets)} datasets -> {Path(a.out) / 'summary.json'} "
           f"(MLflow: {tracking.tracking_uri(a.dataset)}, experiment {tracking.EXPERIMENTS[a.cmd]})")
     return 0
 
@@ -143,23 +145,37 @@ def yaml_value(text: str):
 
 
 def cmd_compare(a) -> int:
+    """Prints the table and the verdict counts; exit 0: no regression, 1: regression, 2: bad input."""
     from hpcvar.analyses import compare
     from hpcvar.parsers.errors import ParseError
+    from hpcvar.settings import CompareSettings, SettingsError, from_options
 
     try:
-        return compare.run(a)
-    except (ParseError, compare.BadInput) as exc:
+        result = compare.run(a.before_source, a.after_source, a.out, from_options(a, CompareSettings),
+                             before_range=a.before, after_range=a.after, reference=a.reference,
+                             reframe_config=a.reframe_config, higher_is_better=a.higher_is_better,
+                             lower_is_better=a.lower_is_better, figures=not a.no_figures,
+                             **({"fail_on": a.fail_on} if a.fail_on is not None else {}))
+    except (ParseError, compare.BadInput, SettingsError) as exc:
         print(f"hpcvar compare: {exc}", file=sys.stderr)
         return 2
+    print(compare.format_table(result), end="")
+    print("\n" + compare.counts_line(result, Path(a.out) / "summary.json" if a.out else None))
+    return result.exit_code
 
 
 def cmd_report(a) -> int:
     from hpcvar.anonymise import Pseudonymiser, load_salt
     from hpcvar.report import build
+    from hpcvar.results import ResultError
 
     pseudo = Pseudonymiser(load_salt(a.salt_file)) if a.anonymise else None
-    result = build(a.dataset, a.out, analyses_dir=a.analyses, figures_dir=a.figures, config_file=a.config,
-                   pseudo=pseudo)
+    try:
+        result = build(a.dataset, a.out, analyses_dir=a.analyses, figures_dir=a.figures, config_file=a.config,
+                       pseudo=pseudo)
+    except ResultError as exc:
+        print(f"hpcvar report: {exc}", file=sys.stderr)
+        return 2
     figures = sum(len(s["figures"]) for s in result["sections"].values())
     empty = [k for k, s in result["sections"].items() if s["empty"]]
     print(f"report: {a.out} ({result['bytes'] / 1e6:.1f} MB, {figures} figures"
@@ -270,7 +286,7 @@ def cmd_interference(a) -> int:
         print(f"hpcvar interference: {exc}", file=sys.stderr)
         return 2
     victim = result.jobs[result.jobs["role"] == "victim"]
-    print(f"{result.summary['experiment']}: {len(result.network)} runs in {result.summary['elapsed_s']} s -> {a.out}")
+    print(f"{result.summary.experiment}: {len(result.network)} runs in {result.summary.elapsed_s} s -> {a.out}")
     print("victim slowdown (median over repetitions): policy, routing, total, communication, latency")
     for (policy, routing), g in victim.groupby(["policy", "routing"], sort=False):
         print(f"  {policy:<20} {routing:<9} {g['slowdown_total'].median():7.3f} {g['slowdown_comm'].median():7.3f} "
@@ -301,13 +317,13 @@ def cmd_interference_run(a) -> int:
     except (ParseError, ExperimentRunError) as exc:
         print(f"hpcvar interference: {exc}", file=sys.stderr)
         return 2
-    print(f"{summary['experiment']}: slowdown (median over repetitions): job, policy, total, communication, latency")
-    for job, by_policy in summary["slowdowns"].items():
+    print(f"{summary.experiment}: slowdown (median over repetitions): job, policy, total, communication, latency")
+    for job, by_policy in summary.slowdowns.items():
         for policy, figures in by_policy.items():
             f = figures["site"]
-            print(f"  {job:<14} {policy:<20} " + " ".join("    n/a" if f[k] is None else f"{f[k]:7.3f}"
-                                                          for k in ("slowdown_total", "slowdown_comm", "slowdown_latency")))
-    for note in summary["notes"]:
+            print(f"  {job:<14} {policy:<20} " + " ".join("    n/a" if v is None else f"{v:7.3f}" for v in
+                                                          (f.slowdown_total, f.slowdown_comm, f.slowdown_latency)))
+    for note in summary.notes:
         print(f"  note: {note}", file=sys.stderr)
     return 0
 
@@ -368,6 +384,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="override one setting, e.g. --set folds=5 (value is YAML; repeatable)")
         s.set_defaults(func=cmd_analysis)
 
+    from hpcvar.defaults import REFRAME_CONFIG
+    from hpcvar.settings import CompareSettings, add_options
+
     s = sub.add_parser("compare", help="did an upgrade change performance? compare distributions BEFORE and AFTER",
                        description="Per (test, variable): KS, Anderson-Darling, Brown-Forsythe (Holm-corrected over "
                                    "all pairs), median shift with bootstrap CI, spread and modes -> unchanged, faster, "
@@ -384,16 +403,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--reference", metavar="SOURCE|RANGE",
                    help="an earlier baseline drawn beside BEFORE and AFTER in the figures (the paper's ORIG)")
     s.add_argument("--out", help="directory for compare.csv, summary.json and figures/ (default: print only)")
-    s.add_argument("--alpha", type=float, default=0.05,
-                   help="chance of any false alarm over all pairs (Holm), and CI level 1-alpha (default 0.05)")
-    s.add_argument("--min-effect", type=float, default=2.0, metavar="PCT",
-                   help="smallest median shift (%% of BEFORE's median) called faster/slower (default 2)")
-    s.add_argument("--min-spread", type=float, default=25.0, metavar="PCT",
-                   help="smallest IQR change (%%) called a changed shape (default 25)")
-    s.add_argument("--min-mode-weight", type=float, default=0.05,
-                   help="smallest share of samples in a mode that appeared or vanished (default 0.05)")
-    s.add_argument("--min-samples", type=int, default=5, help="samples needed on each side (default 5)")
-    s.add_argument("--fail-on", default="slower,changed-shape",
+    s.add_argument("--fail-on",
                    help="verdicts that make the exit code 1: slower, faster, changed-shape, not-compared, or none "
                         "(default slower,changed-shape)")
     s.add_argument("--higher-is-better", action="append", default=[], metavar="VAR",
@@ -401,19 +411,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "for rate units such as GB/s)")
     s.add_argument("--lower-is-better", action="append", default=[], metavar="VAR",
                    help="variable (shell pattern) where lower is better (repeatable)")
-    s.add_argument("--reframe-config", default="config/reframe/settings.py",
-                   help="ReFrame configuration whose results database holds the sessions (honours HPCVAR_RFM_DB)")
-    s.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples for the shift's CI (default 1000)")
-    s.add_argument("--max-samples", type=int, default=20000,
-                   help="samples per side used for the bootstrap and mode detection (default 20000)")
-    s.add_argument("--independent", action="store_true",
-                   help="treat the steps or iterations of a run as independent samples (as Confidence pools one "
-                        "long run); default: test by exchanging whole runs")
-    s.add_argument("--permutations", dest="n_perm", type=int, default=9999,
-                   help="run exchanges tried per pair (default 9999, at least 6 x pairs / alpha; all of them "
-                        "when fewer; pairs far from significance stop early)")
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--reframe-config", default=REFRAME_CONFIG,
+                   help="ReFrame configuration whose results database holds the sessions (honours HPCVAR_RFM_DB; "
+                        f"default {REFRAME_CONFIG}, relative to the current directory)")
     s.add_argument("--no-figures", action="store_true", help="skip the per-pair SVG figures")
+    add_options(s, CompareSettings)  # --alpha, --min-effect, ...: docs/settings.md
     s.set_defaults(func=cmd_compare)
 
     s = sub.add_parser("report", help="write the self-contained HTML report for facility staff",
@@ -482,7 +484,8 @@ def build_parser() -> argparse.ArgumentParser:
     camp = s.add_subparsers(dest="action", required=True)
     s = camp.add_parser("round", help="run every dataset's ReFrame test once, in random order (the workflow's rule)")
     s.add_argument("--report", required=True, help="ReFrame JSON run report to write (rounds/<id>/reframe-report.json)")
-    s.add_argument("--reframe-config", default="config/reframe/settings.py")
+    s.add_argument("--reframe-config", default=REFRAME_CONFIG,
+                   help=f"ReFrame configuration (default {REFRAME_CONFIG}, relative to the current directory)")
     s.add_argument("--system", required=True, help="ReFrame system (local, local-slurm, generic-slurm, ...)")
     s.add_argument("--checks", action="append", default=[], help="check path (repeatable)")
     s.add_argument("--tests", action="append", default=[], help="test name pattern, -n (repeatable)")

@@ -51,12 +51,38 @@ class RunData:
     run_counters: pd.DataFrame | None = None
 
 
+@dataclass(frozen=True)
+class FailedRun:
+    """A run that is not data: Slurm did not complete its job, or ReFrame failed its test. It is
+    recorded in the dataset's quarantine (:meth:`as_record`) instead of being collated."""
+
+    run_id: str
+    dataset: str
+    job_id: str
+    state: str                      # the job's Slurm state
+    file: str                       # what the state was read from: sacct.txt, or the manifest
+    start: str | None               # ISO 8601; None when sacct had none
+    end: str | None
+    reframe: str | None = None      # "<phase> failed" when ReFrame failed the test
+    #: What the application's own output says (:func:`_output_of_failed_run`): ``output``, and
+    #: ``output_line`` and ``completed_steps`` when it was cut short; empty for microbenchmarks.
+    output: dict = field(default_factory=dict)
+
+    def as_record(self) -> dict:
+        """The run's line of ``quarantine.jsonl`` (kind ``failed-run``)."""
+        record = {"run_id": self.run_id, "dataset": self.dataset, "job_id": self.job_id, "state": self.state,
+                  "file": self.file, "kind": "failed-run", "start": self.start, "end": self.end}
+        if self.reframe is not None:
+            record["reframe"] = self.reframe
+        return {**record, **self.output}
+
+
 @dataclass
 class CollateResult:
     new_runs: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)       # already collated
     incomplete: list[str] = field(default_factory=list)    # no manifest yet
-    failed: list[dict] = field(default_factory=list)       # Slurm state not COMPLETED
+    failed: list[dict] = field(default_factory=list)       # not data: FailedRun.as_record() of each
     quarantined: list[dict] = field(default_factory=list)  # bad input
     ldms_files: int = 0
 
@@ -211,8 +237,9 @@ def _sampler_run_counters(run_dir: Path, run_id: str) -> pd.DataFrame:
                          "sources": frame["node"].nunique()})
 
 
-def collate_run(run_dir: Path, system: SystemInfo, topo: Topology, meta: dict) -> RunData | dict:
-    """Parse one complete run directory; returns RunData, or a failure record for non-COMPLETED jobs."""
+def collate_run(run_dir: Path, system: SystemInfo, topo: Topology, meta: dict) -> RunData | FailedRun:
+    """Parse one complete run directory: its data, or :class:`FailedRun` for a job that did not
+    complete or a test ReFrame failed."""
     run_id = meta["run_id"]
     sacct_path = run_dir / "sacct.txt"
     if sacct_path.exists():
@@ -229,13 +256,11 @@ def collate_run(run_dir: Path, system: SystemInfo, topo: Topology, meta: dict) -
         jobs, me = None, _job_from_manifest(run_dir, meta)
     if me["state"] != "COMPLETED" or meta.get("result") == "fail":
         # A job Slurm completed but ReFrame failed (wrong answer, missing output) is not data either.
-        failure = {"run_id": run_id, "dataset": meta["dataset"], "job_id": str(meta["job_id"]),
-                   "state": me["state"], "file": str(sacct_path if jobs is not None else run_dir / MANIFEST),
-                   "kind": "failed-run", "start": _iso(me.get("start")), "end": _iso(me.get("end"))}
-        if meta.get("result") == "fail":
-            failure["reframe"] = f"{meta.get('fail_phase')} failed"
-        failure.update(_output_of_failed_run(run_dir, meta))
-        return failure
+        return FailedRun(run_id, meta["dataset"], str(meta["job_id"]), me["state"],
+                         str(sacct_path if jobs is not None else run_dir / MANIFEST), _iso(me.get("start")),
+                         _iso(me.get("end")),
+                         reframe=f"{meta.get('fail_phase')} failed" if meta.get("result") == "fail" else None,
+                         output=_output_of_failed_run(run_dir, meta))
     nodes = list(me["node_list"])
     unknown = topo.unknown_nodes(nodes)
     if unknown:
@@ -466,8 +491,8 @@ def collate(raw: str | Path, out: str | Path, pseudonymise: Pseudonymiser) -> Co
         except ParseError as exc:
             result.quarantined.append({**exc.as_dict(), "run_id": run_dir.name, "kind": "run"})
             continue
-        if isinstance(rd, dict):
-            result.failed.append(rd)
+        if isinstance(rd, FailedRun):
+            result.failed.append(rd.as_record())
         else:
             collected.append(rd)
     perflogs = perflog_provenance(raw, result)

@@ -3,10 +3,16 @@
 The forecasting grid is the forecaster's default (:data:`hpcvar.analyses.forecast.DEFAULT_GRID`
 is this object) and the windows on which the simulator scores its oracle forecaster
 (``truth.json``'s ``oracle_mape``), so the simulated ground truth and the analysis compare the
-same windows without the simulator importing the analyses.
+same windows without the simulator importing the analyses. The ReFrame configuration's path is
+the default of every command that runs ReFrame (the command line must not import the analyses to
+show it).
 """
 
 from __future__ import annotations
+
+#: ReFrame's site configuration, relative to the current directory (the project directory when the
+#: workflow runs): ``hpcvar compare --reframe-config`` and ``hpcvar campaign round --reframe-config``.
+REFRAME_CONFIG = "config/reframe/settings.py"
 
 #: Default forecasting grid per app: temporal context m and horizon k (the paper's Figures 8, 10).
 FORECAST_GRID = {"amg": {"m": [3, 8], "k": [5, 10]}, "milc": {"m": [10, 20], "k": [20, 40]},

@@ -87,9 +87,7 @@ rule compare:
         out=lambda wildcards, output: os.path.dirname(output.summary),
         before=COMPARE[0] if COMPARE else "",
         after=COMPARE[1] if COMPARE else "",
-        alpha=config["compare"]["alpha"],
-        min_effect=config["compare"]["min_effect"],
-        min_spread=config["compare"]["min_spread"],
+        settings=compare_options(),
     log:
         f"{RESULTS}/logs/compare.log",
     conda:
@@ -98,5 +96,5 @@ rule compare:
         # Exit code 1 means "regression found": a finding for the report, not a failed step
         # (bad input, exit 2, still fails). Gate a maintenance window with the command itself.
         "{params.hpcvar} compare {params.dataset} --before {params.before} --after {params.after}"
-        " --alpha {params.alpha} --min-effect {params.min_effect} --min-spread {params.min_spread}"
+        " {params.settings}"
         " --out {params.out} > {log} 2>&1 || [ $? -eq 1 ]"

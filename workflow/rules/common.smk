@@ -48,20 +48,19 @@ def compare_windows():
         raise ValueError("compare: set both before and after (START..END), or neither")
     if config["source"] != "simulate":
         return None
-    import datetime as dt
+    from hpcvar.simulate.presets import upgrade_windows
 
-    from hpcvar.simulate.presets import get_preset
-
-    p = get_preset(config["simulate"]["preset"], config["simulate"]["overrides"])
-    if not 0 < p.upgrade_day < p.days or p.microbenchmark_nodes == 0:
-        return None
-    first = dt.date.fromisoformat(p.start[:10])
-    upgrade = first + dt.timedelta(days=p.upgrade_day)
-    last = first + dt.timedelta(days=p.days - 1)
-    return f"{first}..{upgrade - dt.timedelta(days=1)}", f"{upgrade}..{last}"
+    return upgrade_windows(config["simulate"]["preset"], config["simulate"]["overrides"])
 
 
 COMPARE = compare_windows()
+
+
+def compare_options():
+    """The `compare:` settings as `hpcvar compare` options (both come from hpcvar.settings)."""
+    from hpcvar.settings import CompareSettings, to_options
+
+    return shlex.join(to_options(CompareSettings, config["compare"]))
 
 
 # --- interference experiment (config `interference:`) ------------------------------------------

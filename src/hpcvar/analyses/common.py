@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +9,7 @@ import pandas as pd
 
 from hpcvar.dataset import Dataset
 from hpcvar.fileio import atomic_write_json
+from hpcvar.results import clean  # noqa: F401 (the analyses' JSON-safe conversion, re-exported)
 
 #: Feature sets of the paper's ablations (Section V-C): job counters, then placement, io, sys.
 FEATURE_SETS = ("job", "placement", "io", "sys", "neighbours")
@@ -125,19 +125,6 @@ def relative_deviation(frame: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
 def mape(actual, predicted) -> float:
     actual, predicted = np.asarray(actual, float), np.asarray(predicted, float)
     return float(np.mean(np.abs(predicted - actual) / np.abs(actual)))
-
-
-def clean(obj):
-    """JSON-safe: numpy scalars to Python, NaN/inf to None."""
-    if isinstance(obj, dict):
-        return {str(k): clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [clean(v) for v in obj]
-    if isinstance(obj, (np.integer,)):
-        return int(obj)
-    if isinstance(obj, (float, np.floating)):
-        return None if not math.isfinite(obj) else float(obj)
-    return obj
 
 
 def write_summary(path: str | Path, summary: dict) -> None:

@@ -22,11 +22,10 @@ from sklearn.feature_selection import RFE
 from sklearn.model_selection import GroupKFold
 
 from hpcvar import tracking
-from hpcvar.analyses.common import (datasets, feature_columns, load, mape, savefig, step_frame, subplots,
-                                    write_summary)
+from hpcvar.analyses.common import datasets, feature_columns, load, mape, savefig, step_frame, subplots
+from hpcvar.results.deviation import DeviationDataset, DeviationResult
+from hpcvar.settings import DeviationSettings
 
-DEFAULTS = {"folds": 10, "n_select": 3, "min_runs": 4, "n_estimators": 80, "learning_rate": 0.1,
-            "num_leaves": 15, "seed": 0}
 PAPER_MAPE = 0.05  # the paper: below 5% on all six datasets
 
 
@@ -88,8 +87,10 @@ def _figure(relevance: pd.DataFrame, name: str, path: Path) -> Path:
     return savefig(fig, path)
 
 
-def run(dataset_dir: str | Path, out_dir: str | Path, config: dict | None = None) -> dict:
-    cfg = {**DEFAULTS, **(config or {})}
+def run(dataset_dir: str | Path, out_dir: str | Path, config: dict | None = None) -> DeviationResult:
+    """Counter relevance per dataset (:class:`~hpcvar.settings.DeviationSettings` from ``config``);
+    writes ``out_dir/summary.json`` and the tables and figures, logs to MLflow, returns the result."""
+    cfg = DeviationSettings.from_mapping(config).as_dict()
     out_dir = Path(out_dir)
     data = load(dataset_dir)
     summary = {"analysis": "deviation", "params": cfg, "paper_mape": PAPER_MAPE, "datasets": {}}
@@ -107,12 +108,12 @@ def run(dataset_dir: str | Path, out_dir: str | Path, config: dict | None = None
         final = RFE(_model(cfg), n_features_to_select=min(cfg["n_select"], len(counters)), step=1)
         final.fit(x_all, centre(frame, ["duration_s"], means)["duration_s"])
         selected = list(np.array(counters)[final.support_])
-        d = out_dir / name
-        d.mkdir(parents=True, exist_ok=True)
+        (out_dir / name).mkdir(parents=True, exist_ok=True)
         rel = result["relevance"]
-        rel.to_csv(d / "relevance.csv", index=False)
-        pd.DataFrame(result["folds"]).drop(columns=["gain_share", "ranking"]).to_csv(d / "folds.csv", index=False)
-        _figure(rel, name, d / "relevance.svg")
+        rel.to_csv(out_dir / DeviationDataset.relevance_table(name), index=False)
+        pd.DataFrame(result["folds"]).drop(columns=["gain_share", "ranking"]).to_csv(
+            out_dir / DeviationDataset.folds_table(name), index=False)
+        _figure(rel, name, out_dir / DeviationDataset.relevance_figure(name))
         summary["datasets"][name] = {
             "runs": int(frame["run_id"].nunique()), "steps": len(frame), "counters": counters,
             "folds": len(result["folds"]), "mape": result["mape"],
@@ -122,8 +123,9 @@ def run(dataset_dir: str | Path, out_dir: str | Path, config: dict | None = None
         }
         fitted[name] = (frame, x_all[selected], final.estimator_, result)
     summary["mlflow"] = _log(dataset_dir, out_dir, cfg, fitted, summary)
-    write_summary(out_dir / "summary.json", summary)
-    return summary
+    result = DeviationResult.build(summary)
+    result.write(out_dir)
+    return result
 
 
 def _log(dataset_dir, out_dir: Path, cfg: dict, fitted: dict, summary: dict) -> dict:

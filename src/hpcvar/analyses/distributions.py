@@ -16,31 +16,17 @@ hardware allows) and reports higher-order statistics. This module owns that view
 - :func:`cycle_minima`: the per-cycle minima of the microbenchmarks' ``latency`` rows.
 - :func:`run`: the ``hpcvar distributions`` analysis over a dataset directory.
 
-Settings of :func:`run` (``DEFAULTS``; ``--set key=value`` on the command line):
-
-``alpha`` (0.05)
-    Significance level of the dip test; below it a sample may be reported multimodal.
-``min_weight`` (0.05)
-    Smallest share of the samples a mode must hold; smaller KDE peaks are merged into a neighbour.
-``min_prominence`` (0.1)
-    Smallest relative prominence of a mode: its KDE peak must rise at least this share of its
-    height above the higher of its two neighbouring density minima.
-``min_n`` (20)
-    Samples below this size get one mode (at the median) and no dip test.
-``nbins`` (100)
-    Number of logarithmic bins C for latencies.
-``bin_size_us`` (null)
-    Confidence's S for latencies in microseconds; null chooses S per distribution so that the C
-    bins just cover ``[0, max]`` (see :func:`log_bin_size`). 0.05 and ``nbins: 256`` reproduce
-    ``hpcvar-confidence``'s own bins (values beyond the last edge then share an open last bin).
-``mode_scale`` ("linear")
-    Scale the dip test and KDE work on: ``linear`` or ``log`` (see :func:`detect_modes`).
-``min_runs`` (1)
-    Datasets with fewer runs are skipped.
-``b_buckets`` (3)
-    Background-traffic buckets: runs are split at quantiles of their ``bg_traffic`` (the b
-    heuristic of Salimi Beni et al., :mod:`hpcvar.background`) into this many equally full buckets
-    (low, medium, high b for 3), because b's range depends on the machine's occupancy.
+Settings of :func:`run`: :class:`hpcvar.settings.DistributionsSettings` (types, defaults and
+bounds; listed in docs/settings.md; ``--set key=value`` on the command line). What they mean here:
+``alpha``, ``min_weight``, ``min_prominence``, ``min_n`` and ``mode_scale`` are
+:func:`detect_modes`'s options; ``nbins`` and ``bin_size_us`` are Confidence's C and S for
+latencies (null S chooses S per distribution so the C bins just cover ``[0, max]``, see
+:func:`log_bin_size`; S 0.05 with 256 bins reproduces ``hpcvar-confidence``'s own bins, values
+beyond the last edge then sharing an open last bin); ``b_buckets`` splits the runs at quantiles
+of their ``bg_traffic`` (the b heuristic of Salimi Beni et al., :mod:`hpcvar.background`) into
+that many equally full buckets, because b's range depends on the machine's occupancy.
+What :func:`run` writes to ``summary.json``, and the names of its files, are defined in
+:mod:`hpcvar.results.distributions`.
 
 Per dataset the same distributions are also drawn *by condition* (:func:`by_condition`): per
 b bucket and per Dragonfly+ locality class (``locality_dfplus``: same group, same island,
@@ -60,12 +46,12 @@ from scipy import stats
 from scipy.signal import find_peaks
 
 from hpcvar import tracking
-from hpcvar.analyses.common import clean, datasets, load, savefig, subplots, write_summary
-from hpcvar.naming import slug
+from hpcvar.analyses.common import datasets, load, savefig, subplots
 from hpcvar.parsers.microbenchmarks import bin_index, log_bin_edges
-
-DEFAULTS = {"alpha": 0.05, "min_weight": 0.05, "min_prominence": 0.1, "min_n": 20, "nbins": 100,
-            "bin_size_us": None, "mode_scale": "linear", "min_runs": 1, "b_buckets": 3}
+from hpcvar.results._common import MLflowRuns
+from hpcvar.results.distributions import (Conditions, DistributionsDataset, DistributionsResult, HistogramSummary,
+                                          Histograms, LatencyGroup)
+from hpcvar.settings import DistributionsSettings
 
 TABLE_COLUMNS = ["bin", "lower", "upper", "count", "pdf", "cdf"]
 QUANTILES = {"p01": 0.01, "p05": 0.05, "p25": 0.25, "p75": 0.75, "p95": 0.95, "p99": 0.99}
@@ -607,24 +593,24 @@ def _app_distributions(name: str, ds_runs: pd.DataFrame, steps: pd.DataFrame, cf
     ratios = step_ratios(steps)
     if len(ratios):
         table = histogram_table(ratios, bins="fixed")
-        table.to_csv(d / "step_ratio_pdf.csv", index=False)
+        table.to_csv(d / DistributionsDataset.STEP_RATIO_TABLE, index=False)
         out["step_ratio"] = {**describe(ratios, **opts), "bin_width": table.attrs["width"],
-                             "table": "step_ratio_pdf.csv"}
+                             "table": DistributionsDataset.STEP_RATIO_TABLE}
         plot_distribution([("step time / same step's median", table)],
                           [m["location"] for m in out["step_ratio"]["modes"]],
                           f"{name}: step times relative to the same step's median over runs",
-                          "step time / median of the step", d / "step_ratio.svg", log=False)
+                          "step time / median of the step", d / DistributionsDataset.STEP_RATIO_FIGURE, log=False)
     return out
 
 
 def _run_time(name: str, ds_runs: pd.DataFrame, cfg: dict, d: Path) -> dict:
     times = ds_runs["total_time_s"]
     table = histogram_table(times, bins="fixed")
-    table.to_csv(d / "run_time_pdf.csv", index=False)
+    table.to_csv(d / DistributionsDataset.RUN_TIME_TABLE, index=False)
     summary = {**describe(times, **_mode_options(cfg)), "bin_width": table.attrs["width"],
-               "table": "run_time_pdf.csv"}
+               "table": DistributionsDataset.RUN_TIME_TABLE}
     plot_distribution([("run time", table)], [m["location"] for m in summary["modes"]],
-                      f"{name}: run times", "run time (s)", d / "run_time.svg", log=False)
+                      f"{name}: run times", "run time (s)", d / DistributionsDataset.RUN_TIME_FIGURE, log=False)
     return summary
 
 
@@ -639,7 +625,7 @@ def _mode_rows(summary: dict, **tags) -> list[dict]:
 def _microbenchmark_distributions(name: str, lat: pd.DataFrame, hist: pd.DataFrame, cfg: dict, d: Path) -> dict:
     opts = _mode_options(cfg)
     minima = cycle_minima(lat)
-    minima.to_csv(d / "cycle_minima.csv", index=False)
+    minima.to_csv(d / DistributionsDataset.CYCLE_MINIMA_TABLE, index=False)
     groups, pdf_tables, mode_rows = [], [], []
     for (bench, op, size), g in lat.groupby(["benchmark", "operation", "size_bytes"], sort=True):
         values = g["value_us"].to_numpy(float)
@@ -666,12 +652,12 @@ def _microbenchmark_distributions(name: str, lat: pd.DataFrame, hist: pd.DataFra
         groups.append(summary)
         plot_distribution(curves, [mm["location"] for mm in summary["modes"]],
                           f"{name}: {bench} {op}, {int(size)} B", "latency (us)",
-                          d / f"latency_{slug(bench, op, int(size))}.svg", log=True)
+                          d / LatencyGroup.figure_file(bench, op, int(size)), log=True)
         print(f"distributions: {name}: {bench} {op} {int(size)} B: n={summary['n']}, "
               f"{len(summary['modes'])} mode(s), dip p={summary['dip_pvalue']}", file=sys.stderr, flush=True)
     if pdf_tables:
-        pd.concat(pdf_tables, ignore_index=True).to_csv(d / "latency_pdf.csv", index=False)
-    pd.DataFrame(mode_rows).to_csv(d / "modes.csv", index=False)
+        pd.concat(pdf_tables, ignore_index=True).to_csv(d / DistributionsDataset.LATENCY_TABLE, index=False)
+    pd.DataFrame(mode_rows).to_csv(d / DistributionsDataset.MODES_TABLE, index=False)
     histograms, hist_tables, curves = {}, [], []
     for kind in ("timer", "pairwise", "minima"):
         rows = hist[hist["kind"] == kind]
@@ -688,16 +674,16 @@ def _microbenchmark_distributions(name: str, lat: pd.DataFrame, hist: pd.DataFra
         hist_tables.append(_tagged(table, kind=kind))
         curves.append((kind, table))
     if hist_tables:
-        pd.concat(hist_tables, ignore_index=True).to_csv(d / "histograms_pdf.csv", index=False)
+        pd.concat(hist_tables, ignore_index=True).to_csv(d / DistributionsDataset.HISTOGRAMS_TABLE, index=False)
         timer = [c for c in curves if c[0] == "timer"]
         lat_curves = [(("all pairwise samples" if k == "pairwise" else "per-cycle pair minima"), t)
                       for k, t in curves if k != "timer"]
         if timer:
             plot_distribution(timer, [], f"{name}: timer cost (MPI_Wtime back to back, minus its minimum)",
-                              "timer cost (us)", d / "timer_histogram.svg", log=True)
+                              "timer cost (us)", d / Histograms.figure_file("timer"), log=True)
         if lat_curves:
             plot_distribution(lat_curves, [], f"{name}: Confidence pairwise latency (histograms, all pairs)",
-                              "latency (us)", d / "pairwise_histogram.svg", log=True)
+                              "latency (us)", d / Histograms.figure_file("pairwise"), log=True)
     return {"latency": groups, "histograms": histograms}
 
 
@@ -786,24 +772,23 @@ def by_condition(name: str, ds_runs: pd.DataFrame, lat: pd.DataFrame, cfg: dict,
             if curves:
                 plot_distribution(curves, [], f"{name}: {var} by {'background traffic b' if condition == 'b' else 'locality'}",
                                   f"{'latency' if log else 'run time'} ({unit})",
-                                  d / f"by_{condition}_{slug(var)}.svg", log=log)
+                                  d / Conditions.figure_file(condition, var), log=log)
     table = pd.DataFrame(rows)
-    table.to_csv(d / "conditions.csv", index=False)
+    table.to_csv(d / Conditions.TABLE, index=False)
     return {"b_edges": edges, "runs_with_b": int(b.notna().sum()),
             "runs_by_locality": {k: int(v) for k, v in loc.value_counts().items()},
-            "spearman_b_p95": spearman, "groups": rows, "table": "conditions.csv", "unit": unit}
+            "spearman_b_p95": spearman, "groups": rows, "table": Conditions.TABLE, "unit": unit}
 
 
-def run(dataset_dir: str | Path, out_dir: str | Path, config: dict | None = None) -> dict:
+def run(dataset_dir: str | Path, out_dir: str | Path, config: dict | None = None) -> DistributionsResult:
     """The ``hpcvar distributions`` analysis: per dataset, distributions of step times and run
     times (application datasets) or of every microbenchmark operation, its per-cycle minima and
-    Confidence's histograms (microbenchmark datasets). Writes ``OUT/summary.json``, per dataset
-    CSV tables and SVG figures under ``OUT/<dataset>/``, and logs one MLflow run per dataset."""
-    cfg = {**DEFAULTS, **(config or {})}
-    unknown = sorted(set(cfg) - set(DEFAULTS))
-    if unknown:  # other analyses' settings may share the config file: ignore, but say so
-        print(f"distributions: ignoring settings {unknown} (known: {', '.join(DEFAULTS)})", file=sys.stderr)
-        cfg = {k: cfg[k] for k in DEFAULTS}
+    Confidence's histograms (microbenchmark datasets), with the settings
+    :class:`~hpcvar.settings.DistributionsSettings` from ``config`` (an unknown key or a bad value
+    raises :class:`~hpcvar.settings.SettingsError`). Writes ``OUT/summary.json``, per dataset CSV
+    tables and SVG figures under ``OUT/<dataset>/``, logs one MLflow run per dataset, and returns
+    the result (:class:`~hpcvar.results.distributions.DistributionsResult`)."""
+    cfg = DistributionsSettings.from_mapping(config).as_dict()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     data = load(dataset_dir, tables=("runs", "steps", "latency", "latency_histograms"))
@@ -811,7 +796,7 @@ def run(dataset_dir: str | Path, out_dir: str | Path, config: dict | None = None
     summary: dict = {"analysis": "distributions", "params": cfg, "datasets": {}}
     for name in datasets(runs, cfg["min_runs"]):
         ds_runs = runs[runs["dataset"] == name]
-        d = out_dir / name
+        d = out_dir / DistributionsResult.dataset_dir(name)
         d.mkdir(parents=True, exist_ok=True)
         lat = latency[latency["run_id"].isin(ds_runs["run_id"])]
         hist = hists[hists["run_id"].isin(ds_runs["run_id"])]
@@ -825,35 +810,33 @@ def run(dataset_dir: str | Path, out_dir: str | Path, config: dict | None = None
         entry["conditions"] = by_condition(name, ds_runs, lat, cfg, d)
         summary["datasets"][name] = entry
         print(f"distributions: {name}: {len(ds_runs)} runs ({entry['kind']})", file=sys.stderr, flush=True)
-    summary = clean(summary)
-    summary["mlflow"] = _log(dataset_dir, out_dir, cfg, runs, steps, latency, summary)
-    write_summary(out_dir / "summary.json", summary)
-    return summary
+    result = DistributionsResult.build(summary)
+    result.mlflow = MLflowRuns.model_validate(_log(dataset_dir, out_dir, cfg, runs, steps, latency, result))
+    result.write(out_dir)
+    return result
 
 
-def _metrics(entry: dict) -> dict:
-    m = {"runs": entry["runs"], "run_time_modes": len(entry["run_time_s"]["modes"])}
-    if "step_ratio" in entry:
-        s = entry["step_ratio"]
-        m.update(step_ratio_modes=len(s["modes"]), step_ratio_p99=s["p99"], step_ratio_dip_pvalue=s["dip_pvalue"])
-    if "latency" in entry:
-        m.update(latency_groups=len(entry["latency"]),
-                 multimodal_groups=sum(bool(g["multimodal"]) for g in entry["latency"]))
-        timer = entry["histograms"].get("timer")
-        if timer and "share_first_bin" in timer:
-            m["timer_share_first_bin"] = timer["share_first_bin"]
+def _metrics(entry: DistributionsDataset) -> dict:
+    m = {"runs": entry.runs, "run_time_modes": len(entry.run_time_s.modes)}
+    if entry.step_ratio is not None:
+        s = entry.step_ratio
+        m.update(step_ratio_modes=len(s.modes), step_ratio_p99=s.p99, step_ratio_dip_pvalue=s.dip_pvalue)
+    if entry.latency is not None:
+        m.update(latency_groups=len(entry.latency), multimodal_groups=sum(g.multimodal for g in entry.latency))
+        if isinstance(entry.histograms.timer, HistogramSummary):
+            m["timer_share_first_bin"] = entry.histograms.timer.share_first_bin
     return {k: float(v) for k, v in m.items() if v is not None and math.isfinite(float(v))}
 
 
-def _log(dataset_dir, out_dir: Path, cfg: dict, runs, steps, latency, summary) -> dict:
+def _log(dataset_dir, out_dir: Path, cfg: dict, runs, steps, latency, result: DistributionsResult) -> dict:
     import mlflow
 
     ids = {}
     with tracking.session("distributions", dataset_dir) as exp_id:
-        for name, entry in summary["datasets"].items():
+        for name, entry in result.datasets.items():
             with mlflow.start_run(run_name=name, tags={"hpcvar.dataset": name}) as r:
                 run_ids = runs.loc[runs["dataset"] == name, "run_id"]
-                if entry["kind"] == "application":
+                if entry.kind == "application":
                     # The columns analysed (MLflow's digest of tz-aware timestamps warns in pandas 3).
                     used = steps.loc[steps["run_id"].isin(run_ids), ["run_id", "step", "duration_s"]]
                     tracking.log_dataset(used, Path(dataset_dir) / "steps", f"{name}-steps", "analysis")
@@ -862,6 +845,7 @@ def _log(dataset_dir, out_dir: Path, cfg: dict, runs, steps, latency, summary) -
                                          f"{name}-latency", "analysis")
                 mlflow.log_params({k: ("null" if v is None else v) for k, v in cfg.items()})
                 mlflow.log_metrics(_metrics(entry))
-                mlflow.log_artifacts(str(out_dir / name), artifact_path="distributions")
+                mlflow.log_artifacts(str(out_dir / DistributionsResult.dataset_dir(name)),
+                                     artifact_path="distributions")
                 ids[name] = r.info.run_id
         return {"tracking_uri": mlflow.get_tracking_uri(), "experiment_id": exp_id, "runs": ids}

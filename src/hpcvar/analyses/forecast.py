@@ -44,31 +44,18 @@ import torch
 from sklearn.model_selection import GroupKFold
 
 from hpcvar import tracking
-from hpcvar.analyses import attention, common, neighbourhood
+from hpcvar.analyses import attention, common
 from hpcvar.defaults import FORECAST_GRID
+from hpcvar.results import forecast as results
+from hpcvar.results.forecast import ForecastResult
+from hpcvar.settings import ForecastSettings
 
 DEFAULT_GRID = FORECAST_GRID  # shared with the simulator's oracle (hpcvar.defaults)
 #: The cumulative feature sets, each adding one group of common.FEATURE_SETS: the paper's ablation
 #: (job counters, + placement, + io, + sys), then + neighbours, which is not in the default run.
 FEATURE_SETS = tuple("+".join(common.FEATURE_SETS[:i + 1]) for i in range(len(common.FEATURE_SETS)))
 PAPER_FEATURE_SETS = FEATURE_SETS[:4]
-MODELS = ("attention", "lightgbm", "lightgbm_residual", "persistence", "profile")
-DEFAULTS = {
-    "grid": DEFAULT_GRID, "folds": 3, "seed": 0, "feature_sets": list(PAPER_FEATURE_SETS), "datasets": None,
-    # Attention model and its training.
-    "hidden": 32, "lr": 1e-3, "weight_decay": 0.0, "max_epochs": 300, "patience": 25, "batch_size": 256,
-    "val_fraction": 0.2, "threads": 1, "ensemble": 4, "all_horizons": True,
-    # LightGBM baseline.
-    "lgbm": {"n_estimators": 400, "learning_rate": 0.05, "num_leaves": 15, "min_child_samples": 20,
-             "subsample": 0.8, "subsample_freq": 1, "colsample_bytree": 0.8, "reg_lambda": 1.0},
-    "lgbm_early_stopping": 30,
-    "importance_repeats": 3,
-    # Long-run test (Figure 12): runs with at least this many steps, forecast in k-step segments.
-    "long_run": None, "long_run_min_steps": 300, "long_run_m": 30, "long_run_k": 40,
-    "truth": None,
-    # Neighbour presence (feature set "neighbours"): the most frequent large-job users' running jobs.
-    "neighbour_min_nodes": neighbourhood.DEFAULTS["threshold_nodes"], "neighbour_users": 16,
-}
+MODELS = results.MODELS
 TORCH_REQUIREMENT = f"torch=={torch.__version__.split('+')[0]}"
 
 
@@ -768,20 +755,15 @@ def log_dataset(res: DatasetResult, experiment_id: str, dataset_dir: Path, param
 # --- entry point ------------------------------------------------------------------------------------
 
 def configure(config: dict | None) -> dict:
-    """Defaults overlaid with ``config``; ``grid`` merges per app."""
-    config = dict(config or {})
-    unknown = sorted(set(config) - set(DEFAULTS))
-    if unknown:
-        raise KeyError(f"unknown forecast settings {unknown}; known: {sorted(DEFAULTS)}")
-    cfg = {**DEFAULTS, **config}
-    cfg["grid"] = {**DEFAULT_GRID, **config.get("grid", {})}
-    cfg["lgbm"] = {**DEFAULTS["lgbm"], **config.get("lgbm", {})}
+    """The settings (:class:`~hpcvar.settings.ForecastSettings`) from ``config`` as a dict; ``grid``
+    merges per app (apps left out keep their default grid)."""
+    cfg = ForecastSettings.from_mapping(config).as_dict()
+    cfg["grid"] = {**DEFAULT_GRID, **cfg["grid"]}
     bad = sorted(set(cfg["feature_sets"]) - set(FEATURE_SETS))
     if bad:
         raise KeyError(f"unknown feature sets {bad}; choose from {list(FEATURE_SETS)}")
     if cfg["long_run"]:
-        if "dataset" not in cfg["long_run"]:
-            raise KeyError("config['long_run'] needs 'dataset' (and may set 'train', 'm', 'k')")
+        cfg["long_run"] = {k: v for k, v in cfg["long_run"].items() if v is not None}
         cfg["long_run_m"] = cfg["long_run"].get("m", cfg["long_run_m"])
         cfg["long_run_k"] = cfg["long_run"].get("k", cfg["long_run_k"])
     return cfg
@@ -851,7 +833,7 @@ def torch_threads(n: int):
         torch.set_num_threads(before)
 
 
-def run(dataset_dir: str | Path, out_dir: str | Path, config: dict | None = None) -> dict:
+def run(dataset_dir: str | Path, out_dir: str | Path, config: dict | None = None) -> ForecastResult:
     """Forecast every dataset of ``dataset_dir``; writes ``out_dir/summary.json`` and returns it."""
     cfg = configure(config)
     dataset_dir, out_dir = Path(dataset_dir), Path(out_dir)
@@ -879,11 +861,11 @@ def run(dataset_dir: str | Path, out_dir: str | Path, config: dict | None = None
         if truth is not None and name in truth.get("datasets", {}):
             res.summary["oracle_mape_truth"] = truth["datasets"][name].get("oracle_mape")
     uri = tracking.tracking_uri(dataset_dir)
-    summary = common.clean({"analysis": "forecast",
+    summary = ForecastResult.build({"analysis": "forecast",
                             "params": {**params, "feature_sets": cfg["feature_sets"], "grid": cfg["grid"]},
                             "tracking_uri": uri,
                             "mlflow": {"tracking_uri": uri, "experiment_id": experiment_id,
                                        "runs": {n: r.summary["mlflow"]["run_id"] for n, r in results.items()}},
                             "datasets": {name: res.summary for name, res in results.items()}, "notes": notes})
-    common.write_summary(out_dir / "summary.json", summary)
+    summary.write(out_dir)
     return summary

@@ -23,14 +23,13 @@ repetitions per job and policy, plus notes on runs that failed or lacked data).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from hpcvar.analyses import common
 from hpcvar.dataset import Dataset
+from hpcvar.results.interference import InterferenceResult
 
 SLOWDOWNS = ("slowdown_total", "slowdown_comm", "slowdown_latency")
 ROUTING = "site"
@@ -71,9 +70,10 @@ def _cell_ratio(alone: pd.DataFrame, mixed: pd.DataFrame) -> float:
     return float(np.exp(np.mean(np.log(ratios)))) if len(ratios) else np.nan
 
 
-def analyse(experiment_dir: str | Path, out_dir: str | Path | None = None) -> dict:
+def analyse(experiment_dir: str | Path, out_dir: str | Path | None = None) -> InterferenceResult:
     """Write ``jobs.csv``, ``samples.csv``/``.parquet`` and ``summary.json`` to ``out_dir``
-    (default: the experiment directory) and return the summary."""
+    (default: the experiment directory) and return the summary
+    (:class:`~hpcvar.results.interference.InterferenceResult`, ``mode`` ``slurm``)."""
     exp_dir = Path(experiment_dir)
     out = Path(out_dir) if out_dir else exp_dir
     book = pd.read_csv(exp_dir / "experiment.csv")
@@ -131,9 +131,9 @@ def analyse(experiment_dir: str | Path, out_dir: str | Path | None = None) -> di
         columns=["policy", "routing", "repetition", "job", "role", "workload", "operation", "size_bytes",
                  "iteration", "latency_us"])
     out.mkdir(parents=True, exist_ok=True)
-    jobs.to_csv(out / "jobs.csv", index=False)
-    samples_df.to_csv(out / "samples.csv", index=False)
-    samples_df.to_parquet(out / "samples.parquet", index=False)
+    jobs.to_csv(out / InterferenceResult.table("jobs", "csv"), index=False)
+    samples_df.to_csv(out / InterferenceResult.table("samples", "csv"), index=False)
+    samples_df.to_parquet(out / InterferenceResult.table("samples", "parquet"), index=False)
     summary = {
         "experiment": str(book["experiment"].iloc[0]) if len(book) else None, "mode": "slurm",
         "source": str(exp_dir / "experiment.csv"), "repetitions": int(book["repetition"].nunique()),
@@ -147,8 +147,9 @@ def analyse(experiment_dir: str | Path, out_dir: str | Path | None = None) -> di
         "runs": {"collated": int(book["run_id"].isin(runs.index).sum()), "failed": sorted(set(book["run_id"]) & set(failed))},
         "notes": notes,
     }
-    common.write_summary(out / "summary.json", summary)
-    return json.loads((out / "summary.json").read_text())
+    result = InterferenceResult.build(summary)
+    result.write(out)
+    return result
 
 
 def _median(values: pd.Series) -> float | None:

@@ -21,9 +21,9 @@ from scipy.stats import pearsonr
 from sklearn.feature_selection import mutual_info_classif
 
 from hpcvar import tracking
-from hpcvar.analyses.common import datasets, load, savefig, subplots, write_summary
-
-DEFAULTS = {"threshold_nodes": 128, "tau": 1.0, "top_k": 10, "min_runs": 4}
+from hpcvar.analyses.common import datasets, load, savefig, subplots
+from hpcvar.results.neighbourhood import NeighbourhoodDataset, NeighbourhoodResult
+from hpcvar.settings import NeighbourhoodSettings
 
 
 def ranking(runs: pd.DataFrame, neigh: pd.DataFrame, threshold_nodes: int, tau: float) -> pd.DataFrame:
@@ -112,8 +112,10 @@ def plot_top_users(table: pd.DataFrame, dataset: str, top_k: int, path: Path) ->
     return savefig(fig, path)
 
 
-def run(dataset_dir: str | Path, out_dir: str | Path, config: dict | None = None) -> dict:
-    cfg = {**DEFAULTS, **(config or {})}
+def run(dataset_dir: str | Path, out_dir: str | Path, config: dict | None = None) -> NeighbourhoodResult:
+    """Both rankings per dataset (:class:`~hpcvar.settings.NeighbourhoodSettings` from ``config``);
+    writes ``out_dir/summary.json`` and the tables and figures, logs to MLflow, returns the result."""
+    cfg = NeighbourhoodSettings.from_mapping(config).as_dict()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     data = load(dataset_dir, tables=("runs", "neighbourhood"))
@@ -123,12 +125,11 @@ def run(dataset_dir: str | Path, out_dir: str | Path, config: dict | None = None
         ds_runs = runs[runs["dataset"] == name]
         table = ranking(ds_runs, neigh, cfg["threshold_nodes"], cfg["tau"])
         tables[name] = table
-        d = out_dir / name
-        d.mkdir(parents=True, exist_ok=True)
-        table.to_csv(d / "ranking.csv", index=False)
+        (out_dir / name).mkdir(parents=True, exist_ok=True)
+        table.to_csv(out_dir / NeighbourhoodDataset.ranking_table(name), index=False)
         qualified = mi_ranked(table)
         if len(qualified):
-            plot_top_users(qualified, name, cfg["top_k"], d / "top_users.svg")
+            plot_top_users(qualified, name, cfg["top_k"], out_dir / NeighbourhoodDataset.top_users_figure(name))
         times = ds_runs["total_time_s"]
         summary["datasets"][name] = {
             "runs": len(ds_runs), "qualified_users": len(qualified), "users_alongside": len(table),
@@ -140,11 +141,12 @@ def run(dataset_dir: str | Path, out_dir: str | Path, config: dict | None = None
         print(f"neighbourhood: {name}: {len(ds_runs)} runs, {len(qualified)} users with jobs > "
               f"{cfg['threshold_nodes']} nodes, {len(table)} users alongside", file=sys.stderr, flush=True)
     cross = cross_dataset(tables, cfg["top_k"])
-    cross.to_csv(out_dir / "cross_dataset.csv", index=False)
+    cross.to_csv(out_dir / NeighbourhoodResult.CROSS_DATASET_TABLE, index=False)
     summary["cross_dataset"] = cross.to_dict("records")
     summary["mlflow"] = _log(dataset_dir, out_dir, cfg, runs, neigh, tables, summary)
-    write_summary(out_dir / "summary.json", summary)
-    return summary
+    result = NeighbourhoodResult.build(summary)
+    result.write(out_dir)
+    return result
 
 
 def _log(dataset_dir, out_dir: Path, cfg: dict, runs, neigh, tables, summary) -> dict:

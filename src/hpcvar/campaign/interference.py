@@ -4,7 +4,10 @@ The experiment file is the one ``hpcvar interference simulate`` reads (config/ex
 victim and the aggressors are tests of the ReFrame suite (``test:``; the ``periodic-allreduce`` and
 ``uniform-random`` aggressors are the suite's ``Aggressor`` test), with node counts, placement
 policies and repetitions; its ``slurm:`` section says how to reach the cluster
-(:class:`hpcvar.experiments.spec.SlurmSpec`). For every policy and repetition:
+(:class:`hpcvar.experiments.spec.SlurmSpec`). ReFrame runs in the current directory, and relative
+paths of the file (``slurm.reframe_config``, ``slurm.checks``, ``slurm.topology``) are taken from
+there, like any path on the command line; the workflow runs from the project directory. For every
+policy and repetition:
 
 1. **Placement.** The free nodes (``sinfo``, states ``slurm.free_states``) and the topology map
    (``slurm.topology``; without one, sinfo's nodes each their own router in one group) give every
@@ -45,8 +48,6 @@ from hpcvar.experiments.spec import Experiment, JobSpec, SlurmSpec
 from hpcvar.fileio import atomic_path
 from hpcvar.naming import slug
 from hpcvar.topology import Topology
-
-REPO = Path(__file__).resolve().parents[3]
 
 #: Experiment ``test`` -> (ReFrame test, the family ``HPCVAR_RFM_NODES`` sets node counts of).
 TESTS: dict[str, tuple[str, str]] = {
@@ -112,15 +113,24 @@ def sinfo(spec: SlurmSpec, env: dict | None = None) -> tuple[list[str], list[str
     return parse_sinfo(out.stdout, tuple(s.lower() for s in spec.free_states))
 
 
+def check_paths(spec: SlurmSpec) -> None:
+    """The ReFrame configuration and check paths exist (relative ones in the current directory,
+    where ReFrame runs), or an error names the key, the path and the directory."""
+    for key, value in (("slurm.reframe_config", spec.reframe_config), *(("slurm.checks", c) for c in spec.checks)):
+        path = Path(value)
+        if not path.exists():
+            where = "" if path.is_absolute() else f" (relative to the current directory {Path.cwd()})"
+            raise ExperimentRunError(f"{key}: {path} not found{where}")
+
+
 def topology_for(spec: SlurmSpec, nodes: list[str], out: Path) -> Path:
     """The topology map: the site's (``slurm.topology``), or sinfo's nodes flat (each node its own
     router, all in one group: without a map the policies cannot see the network)."""
     if spec.topology:
-        path = Path(spec.topology)
-        if not path.is_absolute():
-            path = REPO / path if (REPO / path).exists() else path
+        path = Path(spec.topology)  # relative: to the current directory, as every path of the file
         if not path.exists():
-            raise ExperimentRunError(f"slurm.topology: {path} not found")
+            where = "" if path.is_absolute() else f" (relative to the current directory {Path.cwd()})"
+            raise ExperimentRunError(f"slurm.topology: {path} not found{where}")
         return path
     path = out / "topology.csv"
     known = set(pd.read_csv(path, comment="#")["node"]) if path.exists() else set()
@@ -194,7 +204,7 @@ def start(step: Step, spec: SlurmSpec, out: Path, log) -> subprocess.Popen:
                           spec)
     logfile = open(step.report.with_suffix(".log"), "w")
     log(f"{step.workload} {step.job.name} on {step.placement.nodelist}: {' '.join(cmd)}")
-    return subprocess.Popen(cmd, env=reframe_env(step, out), cwd=REPO, stdout=logfile, stderr=subprocess.STDOUT,
+    return subprocess.Popen(cmd, env=reframe_env(step, out), stdout=logfile, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL)
 
 
@@ -248,6 +258,7 @@ def run(exp: Experiment, out: str | Path, log=None, queue_timeout: float = 900) 
     log = log or (lambda msg: print(f"interference: {msg}", file=sys.stderr, flush=True))
     for j in exp.jobs:
         test_of(j)  # every job has a test before anything is submitted
+    check_paths(spec)
     nodes, free = sinfo(spec)
     topo_path = topology_for(spec, nodes, out)
     topo = Topology.from_file(topo_path)

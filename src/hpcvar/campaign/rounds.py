@@ -20,9 +20,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[3]
-#: Variables of ``environment`` that name paths: relative ones are taken from the workflow's
-#: directory (ReFrame itself runs in the repository).
+#: Variables of ``environment`` that name paths: relative ones are taken from the current directory
+#: (the workflow's), made absolute because ReFrame's tests run in their own stage directories.
 PATH_VARIABLES = ("HPCVAR_SOURCE_MIRROR", "HPCVAR_BUILD_CACHE", "HPCVAR_SOURCES")
 
 
@@ -61,7 +60,7 @@ def _start_alongside(alongside: dict, *, config: str, system: str, checks: list[
                             job_name, out / "reframe-report.json")
     print("campaign round: alongside:", " ".join(cmd), flush=True)
     log = open(out / "reframe.log", "w")
-    proc = subprocess.Popen(cmd, env={**env, "HPCVAR_RFM_PREFIX": str(out)}, cwd=REPO, stdout=log,
+    proc = subprocess.Popen(cmd, env={**env, "HPCVAR_RFM_PREFIX": str(out)}, stdout=log,
                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     try:
         wait_running([job_name], [proc], float(alongside.get("start_timeout_s", 300)), env=env)
@@ -86,11 +85,19 @@ def run_round(report: str | Path, *, config: str, system: str, checks: list[str]
               alongside: dict | None = None) -> int:
     """Run one round; returns 0 when ReFrame wrote its report (failed tests included).
 
+    ReFrame runs in the current directory (the workflow's: the project directory), so relative
+    paths (``config``, ``checks``) are taken from there, as any path on the command line.
+
     ``environment`` is added to ReFrame's environment (``HPCVAR_RFM_SIZE``,
     ``HPCVAR_SOURCE_MIRROR``, ...). ``alongside`` (``{test, options}``) starts that ReFrame test of
     ``checks`` as a job of its own before the round and cancels it after: a known neighbour
     (the suite's ``Aggressor``) in every run's neighbourhood.
     """
+    missing = [f"{option} {path}" for option, path in (("--reframe-config", config), *(("--checks", c) for c in checks))
+               if not Path(path).exists()]
+    if missing:
+        raise SystemExit(f"campaign round: {', '.join(missing)}: not found (relative paths are taken from the "
+                         f"current directory, {Path.cwd()}, where ReFrame runs)")
     report = Path(report).resolve()
     prefix = Path(prefix).resolve()
     round_prefix = prefix / "rounds" / report.parent.name
@@ -107,7 +114,7 @@ def run_round(report: str | Path, *, config: str, system: str, checks: list[str]
                              round_prefix=round_prefix, job_name=job_name) if alongside else None)
     print("campaign round:", " ".join(cmd), flush=True)
     try:
-        proc = subprocess.run(cmd, env=env, cwd=REPO)
+        proc = subprocess.run(cmd, env=env)
     finally:
         if side is not None:
             _stop_alongside(side, job_name, env)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import yaml
 
+from hpcvar.defaults import REFRAME_CONFIG
 from hpcvar.experiments.placement import JOB_WIDE_POLICIES, PLACEMENT_POLICIES
 from hpcvar.parsers.errors import ParseError
 
@@ -114,7 +115,7 @@ class SystemSpec:
 class SlurmSpec:
     """How real experiments reach the cluster (the ``slurm:`` section; ``hpcvar interference run``)."""
 
-    reframe_config: str = "config/reframe/settings.py"
+    reframe_config: str = REFRAME_CONFIG
     system: str = "generic-slurm"            # ReFrame system (its partition's access sets partition/account)
     checks: tuple[str, ...] = ("reframe_tests",)
     topology: str | None = None              # node -> router -> group map; None: sinfo's nodes, flat

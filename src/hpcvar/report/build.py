@@ -11,6 +11,7 @@ import shutil
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
+from typing import TypeVar
 
 import jinja2
 import pandas as pd
@@ -20,11 +21,21 @@ from hpcvar.dataset import Dataset
 from hpcvar.fileio import atomic_write_text
 from hpcvar.naming import slug
 from hpcvar.report import figures as F
+from hpcvar.results import Record, Result
+from hpcvar.results.compare import CompareResult
+from hpcvar.results.deviation import DeviationResult
+from hpcvar.results.distributions import (Conditions, Description, DistributionsDataset, DistributionsResult,
+                                          HistogramSummary, Histograms)
+from hpcvar.results.forecast import REPORTED_MODELS, ForecastResult
+from hpcvar.results.interference import InterferenceResult
+from hpcvar.results.neighbourhood import NeighbourhoodResult, PearsonRankedUser, RankedUser
 from hpcvar.summary import dataset_summary
 
 #: Section ids, in report order (the browser test and the Snakemake categories use them).
 SECTIONS = ("campaign", "datasets", "neighbourhood", "deviation", "forecast", "placement", "background",
             "distributions", "regression", "interference", "provenance")
+
+R = TypeVar("R", bound=Result)
 
 VERSIONS = ("hpcvar", "snakemake", "reframe-hpc", "pandas", "pyarrow", "scikit-learn", "lightgbm", "torch",
             "pytorch-lightning", "mlflow", "matplotlib")
@@ -80,18 +91,29 @@ class Section:
         return [f for p in self.parts for f in p.figures]
 
 
-def _stats_row(d: dict) -> dict:
+def _stats_row(d: Description) -> dict:
     """One table row of a ``describe`` block of the distributions analysis."""
-    m = d.get("moments_about_min") or {}
-    return {"n": d["n"], "min": d["min"], "median": d["median"], "mean": d["mean"], "std": d["std"],
-            "skew": d["skew"], "kurtosis": d["excess_kurtosis"], "p99": d["p99"], "m1_min": m.get("m1"),
-            "m2_min": m.get("m2"), "modes": len(d["modes"]), "dip_p": d["dip_pvalue"]}
+    m = d.moments_about_min
+    return {"n": d.n, "min": d.min, "median": d.median, "mean": d.mean, "std": d.std, "skew": d.skew,
+            "kurtosis": d.excess_kurtosis, "p99": d.p99, "m1_min": m.m1, "m2_min": m.m2, "modes": len(d.modes),
+            "dip_p": d.dip_pvalue}
 
 
-def _modes_text(d: dict) -> str:
-    if len(d["modes"]) < 2:
+def _modes_text(d: Description) -> str:
+    if len(d.modes) < 2:
         return "one performance mode"
-    return f"{len(d['modes'])} modes: " + ", ".join(f"{m['location']:.3g} ({m['weight']:.0%})" for m in d["modes"])
+    return f"{len(d.modes)} modes: " + ", ".join(f"{m.location:.3g} ({m.weight:.0%})" for m in d.modes)
+
+
+
+
+def _frame(records: list[Record], kind: type[Record]) -> pd.DataFrame:
+    """Typed rows as a table (the record's fields as columns, also when there are no rows)."""
+    return pd.DataFrame([r.model_dump() for r in records], columns=list(kind.model_fields))
+
+
+def _num(v, fmt: str) -> str:
+    return "n/a" if v is None else fmt.format(v)
 
 
 def _pct(v) -> str:
@@ -137,10 +159,17 @@ class Builder:
         p = self.analyses_dir / analysis / "summary.json"
         return json.loads(p.read_text()) if p.is_file() else None
 
+    def result(self, kind: type[R]) -> R | None:
+        """The analysis's typed result (``analyses/<analysis>/summary.json``), None if it did not run."""
+        return kind.read(self.analyses_dir / kind.NAME) if self.analyses_dir else None
+
     @staticmethod
-    def no_analysis(analysis: str, summary: dict | None) -> str:
+    def no_analysis(analysis: str, summary) -> str:
         if summary is None:
             return f"No {analysis} analysis summary (run `hpcvar {analysis}`)."
+        if not isinstance(summary, dict):  # a typed result (hpcvar.results)
+            summary = {"notes": getattr(summary, "notes", None),
+                       "params": {"min_runs": getattr(getattr(summary, "params", None), "min_runs", None)}}
         why = " ".join(summary.get("notes") or [])
         need = summary.get("params", {}).get("min_runs")
         return (f"No data: the {analysis} analysis found no dataset it could analyse"
@@ -233,37 +262,37 @@ class Builder:
     def neighbourhood(self) -> Section:
         from hpcvar.analyses.neighbourhood import plot_top_users
 
-        s = self.summary("neighbourhood")
+        s = self.result(NeighbourhoodResult)
         sec = Section("neighbourhood", "Neighbourhood: who was running when we were slow")
-        if not s or not s["datasets"]:
+        if not s or not s.datasets:
             sec.empty = self.no_analysis("neighbourhood", s)
             return sec
-        thr = s["params"]["threshold_nodes"]
+        thr, top_k = s.params.threshold_nodes, s.params.top_k
         parts, leaders = [], []
-        for name, d in s["datasets"].items():
-            top = pd.DataFrame(d["top_users"])
+        for name, d in s.datasets.items():
+            top = _frame(d.top_users, RankedUser)
             part = Part(name)
             if top.empty:
                 part.reading = f"No user ran jobs larger than {thr} nodes during these runs."
                 parts.append(part)
                 continue
             top["user"] = top["user"].map(self.user)
-            path = plot_top_users(top, name, s["params"]["top_k"], self.path("neighbourhood", name, "top_users"))
+            path = plot_top_users(top, name, top_k, self.path("neighbourhood", name, "top_users"))
             part.figures.append(self.figure("neighbourhood", name, "top_users", "Top users by mutual information",
                                             path))
-            lead = top.iloc[0]
-            leaders.append(lead["user"])
+            lead = d.top_users[0]
+            leaders.append(self.user(lead.user))
             part.reading = (
-                f"{d['qualified_users']} users ran jobs larger than {thr} nodes alongside the {d['runs']} runs; "
-                f"{d['optimal_runs']} runs were faster than the mean. {lead['user']} tells fast from slow runs best "
-                f"(MI {lead['mi']:.3f}): present in {int(lead['cooccurrence'])} runs, which averaged "
-                f"{lead['mean_time_with_s']:,.0f} s against {lead['mean_time_without_s']:,.0f} s without "
-                f"({lead['direction']}).")
+                f"{d.qualified_users} users ran jobs larger than {thr} nodes alongside the {d.runs} runs; "
+                f"{d.optimal_runs} runs were faster than the mean. {self.user(lead.user)} tells fast from slow runs "
+                f"best (MI {lead.mi:.3f}): present in {lead.cooccurrence} runs, which averaged "
+                f"{lead.mean_time_with_s:,.0f} s against {_num(lead.mean_time_without_s, '{:,.0f}')} s without "
+                f"({lead.direction}).")
             part.tables.append(Table("Top users (MI ranking, with the Pearson node-count ranking)", top[
                 ["rank_mi", "user", "mi", "cooccurrence", "mean_time_with_s", "mean_time_without_s", "direction",
                  "nodes_r", "rank_r"]], {"mi": "{:.3f}", "mean_time_with_s": "{:,.0f}", "mean_time_without_s": "{:,.0f}",
                                          "nodes_r": "{:.2f}"}))
-            by_r = pd.DataFrame(d.get("top_users_by_nodes_r") or [])
+            by_r = _frame(d.top_users_by_nodes_r, PearsonRankedUser)
             if len(by_r):
                 by_r["user"] = by_r["user"].map(self.user)
                 part.tables.append(Table(
@@ -272,13 +301,13 @@ class Builder:
                     by_r[["user", "nodes_r", "nodes_p", "runs_alongside", "rank_mi"]],
                     {"nodes_r": "{:.2f}", "nodes_p": "{:.2g}", "rank_mi": "{:.0f}"}))
             parts.append(part)
-        cross = pd.DataFrame(s.get("cross_dataset") or [])
+        cross = pd.DataFrame(s.cross_dataset)
         if len(cross):
             cross["user"] = cross["user"].map(self.user)
             fmt = {c: "{:.0f}" for c in cross.columns if c not in ("user", "datasets")}
             parts.insert(0, Part("Across datasets (Table III)", tables=[Table(
                 "Users among the top slowing users of several datasets (rank per dataset)", cross, fmt)],
-                reading=f"{len(cross)} users are among the top {s['params']['top_k']} slowing users of more than one "
+                reading=f"{len(cross)} users are among the top {top_k} slowing users of more than one "
                         f"dataset; {cross.iloc[0]['user']} in {int(cross.iloc[0]['datasets'])}. A user who slows "
                         "several applications is worth a look at their job's communication pattern."))
         sec.parts = parts
@@ -291,80 +320,76 @@ class Builder:
         return sec
 
     def deviation(self) -> Section:
-        s = self.summary("deviation")
+        s = self.result(DeviationResult)
         sec = Section("deviation", "Deviation: which counters explain the spread")
-        if not s or not s["datasets"]:
+        if not s or not s.datasets:
             sec.empty = self.no_analysis("deviation", s)
             return sec
-        base = self.analyses_dir / "deviation"
         rows, parts = [], []
-        for name, d in s["datasets"].items():
-            rows.append({"dataset": name, "runs": d["runs"], "steps": d["steps"], "top_counter": d["top_counter"],
-                         "mape": d["mape"], "paper_bound": s["paper_mape"], "below_paper_bound": d["below_paper_bound"]})
+        for name, d in s.datasets.items():
+            rows.append({"dataset": name, "runs": d.runs, "steps": d.steps, "top_counter": d.top_counter,
+                         "mape": d.mape, "paper_bound": s.paper_mape, "below_paper_bound": d.below_paper_bound})
             part = Part(name)
             fig = self.copy_figure("deviation", name, "relevance", "Counter relevance (Figure 9)",
-                                   base / name / "relevance.svg")
+                                   s.path(d.relevance_figure(name)))
             if fig:
                 part.figures.append(fig)
-            rel = pd.DataFrame(d["relevance"])
-            second = rel.iloc[1] if len(rel) > 1 else None
+            first, second = d.relevance[0], (d.relevance[1] if len(d.relevance) > 1 else None)
             part.reading = (
-                f"{d['top_counter']} was selected in {_pct(rel.iloc[0]['relevance'])} of the {d['folds']} folds"
-                + (f", then {second['counter']} ({_pct(second['relevance'])})" if second is not None else "")
-                + f". The selected counters reconstruct step-time deviations with a MAPE of {_pct(d['mape'])} "
-                  f"(paper: under {_pct(s['paper_mape'])}).")
+                f"{d.top_counter} was selected in {_pct(first.relevance)} of the {d.folds} folds"
+                + (f", then {second.counter} ({_pct(second.relevance)})" if second is not None else "")
+                + f". The selected counters reconstruct step-time deviations with a MAPE of {_pct(d.mape)} "
+                  f"(paper: under {_pct(s.paper_mape)}).")
             parts.append(part)
         sec.parts = [Part("All datasets", tables=[Table("MAPE of the reconstructed step time", pd.DataFrame(rows),
                                                         {"mape": "{:.1%}", "paper_bound": "{:.0%}"})]), *parts]
+        folds = sorted({d.folds for d in s.datasets.values()})
+        folds_text = f"{folds[0]}-fold" if len(folds) == 1 else f"{folds[0]}- to {folds[-1]}-fold"
         sec.reading = ("Per-step deviations from the mean step time are explained by the network counters of the "
-                       "job's routers: gradient-boosted trees with recursive feature elimination in 10-fold "
+                       f"job's routers: gradient-boosted trees with recursive feature elimination in {folds_text} "
                        "cross-validation grouped by run. A counter's relevance is the share of folds that selected "
                        "it (Section IV-B); the stall counters point at congestion on the job's routers.")
         return sec
 
     def forecast(self) -> Section:
-        s = self.summary("forecast")
+        s = self.result(ForecastResult)
         sec = Section("forecast", "Forecasting: the next k steps from the last m")
-        if not s or not s["datasets"]:
+        if not s or not s.datasets:
             sec.empty = self.no_analysis("forecast", s)
             return sec
-        base = self.analyses_dir / "forecast"
         rows, parts = [], []
-        for name, d in s["datasets"].items():
-            b = d.get("best")
+        for name, d in s.datasets.items():
+            b = d.best
             part = Part(name)
             if not b:
-                part.reading = " ".join(d.get("notes") or ["No forecast for this dataset."])
+                part.reading = " ".join(d.notes or ["No forecast for this dataset."])
                 parts.append(part)
                 continue
-            rows.append({"dataset": name, "m": b["m"], "k": b["k"], "feature_set": b["feature_set"],
-                         **{f"{mdl}": b.get(f"mape_{mdl}") for mdl in
-                            ("attention", "persistence", "profile", "lightgbm", "lightgbm_residual", "oracle")}})
+            rows.append({"dataset": name, "m": b.m, "k": b.k, "feature_set": b.feature_set,
+                         **{model: b.mape(model) for model in REPORTED_MODELS}})
             for fname, key, title in (("mape_grid", "grid_figure", "MAPE over (m, k) and feature sets "
                                                                    "(Figures 8, 10)"),
                                       ("importance", "importance_figure", "Feature importance (Figure 11)"),
                                       ("long_run", "long_run_figure", "Long-run segment forecast (Figure 12)")):
-                src = d.get("files", {}).get(key)
-                fig = self.copy_figure("forecast", name, fname, title, base / name / src) if src else None
+                src = d.figure(name, key)
+                fig = self.copy_figure("forecast", name, fname, title, s.path(src)) if src else None
                 if fig:
                     part.figures.append(fig)
-            baselines = {m: b.get(f"mape_{m}") for m in ("persistence", "profile", "lightgbm")}
-            best_base = min((v, m) for m, v in baselines.items() if v is not None)
-            text = (f"Best cell m={b['m']}, k={b['k']} with {b['feature_set']} features: the attention model's MAPE "
-                    f"is {_pct(b['mape_attention'])} against {_pct(best_base[0])} for the best baseline "
-                    f"({best_base[1]})")
-            if b.get("mape_oracle") is not None:
-                text += f"; a predictor that knows the simulator's hidden state reaches {_pct(b['mape_oracle'])}"
+            best_name, best_value = b.best_baseline() or ("none scored", None)
+            text = (f"Best cell m={b.m}, k={b.k} with {b.feature_set} features: the attention model's MAPE "
+                    f"is {_pct(b.mape_attention)} against {_pct(best_value)} for the best baseline "
+                    f"({best_name})")
+            if b.mape_oracle is not None:
+                text += f"; a predictor that knows the simulator's hidden state reaches {_pct(b.mape_oracle)}"
             part.reading = text + "."
-            lr = d.get("long_run")
-            if lr and "mape" in lr:
-                part.reading += (f" Long run ({lr['segments']} segments of {lr['k']} steps from the {lr['m']} before, "
-                                 f"no data of that run in training): MAPE {_pct(lr['mape'])}, persistence "
-                                 f"{_pct(lr['mape_persistence'])}.")
+            lr = d.long_run
+            if lr and lr.mape is not None:
+                part.reading += (f" Long run ({lr.segments} segments of {lr.k} steps from the {lr.m} before, "
+                                 f"no data of that run in training): MAPE {_pct(lr.mape)}, persistence "
+                                 f"{_pct(lr.mape_persistence)}.")
             parts.append(part)
         if rows:
-            fmt = {c: "{:.1%}" for c in ("attention", "persistence", "profile", "lightgbm", "lightgbm_residual",
-                                         "oracle")}
+            fmt = {c: "{:.1%}" for c in REPORTED_MODELS}
             parts.insert(0, Part("All datasets", tables=[Table(
                 "MAPE in each dataset's best cell, with the baselines (and the simulator's oracle)",
                 pd.DataFrame(rows), fmt)]))
@@ -400,44 +425,45 @@ class Builder:
 
     def background(self) -> Section:
         sec = Section("background", "Background traffic and locality")
-        s = self.summary("distributions")
-        if not s or not s["datasets"]:
-            sec.empty = self.no_analysis("distributions", s)
+        res = self.result(DistributionsResult)
+        if res is None or not res.datasets:
+            sec.empty = self.no_analysis("distributions", res)
             return sec
         if "bg_traffic" not in self.runs or self.runs["bg_traffic"].isna().all():
             sec.empty = ("No data: no run has a sacct snapshot of the other jobs at its start (runs of ReFrame's "
                          "local scheduler), so the background-traffic estimate b is unknown.")
             return sec
-        for name, d in s["datasets"].items():
-            c = d.get("conditions")
-            if not c or not c["groups"]:
+        for name, d in res.datasets.items():
+            c = d.conditions
+            if not c.groups:
                 continue
-            groups = pd.DataFrame(c["groups"])
+            # The rows as the analysis wrote them: b_lower/b_upper only where there are b buckets.
+            groups = pd.DataFrame([g.model_dump(exclude_unset=True) for g in c.groups])
             part = Part(name)
-            first = groups["variable"].iloc[0]
+            first = c.variables[0]
             for cond, what in (("b", "background traffic b"), ("locality", "locality")):
-                fig = self.copy_figure("background", name, f"by_{cond}_{slug(first)}",
-                                       f"{first} by {what}",
-                                       self.analyses_dir / "distributions" / name / f"by_{cond}_{slug(first)}.svg")
+                file = Conditions.figure_file(cond, first)
+                fig = self.copy_figure("background", name, Path(file).stem, f"{first} by {what}",
+                                       res.dataset_file(name, file))
                 if fig:
                     part.figures.append(fig)
             cols = [c_ for c_ in ("variable", "condition", "group", "b_lower", "b_upper", "runs", "n", "median",
                                   "p95", "p99") if c_ in groups]
-            part.tables.append(Table(f"Per b bucket and locality class ({c['unit']})", groups[cols],
+            part.tables.append(Table(f"Per b bucket and locality class ({c.unit})", groups[cols],
                                      {k: "{:,.3g}" for k in ("b_lower", "b_upper", "median", "p95", "p99")}))
-            sp = c["spearman_b_p95"].get(first) or {}
-            loc = groups[(groups["variable"] == first) & (groups["condition"] == "locality")].set_index("group")
-            text = (f"b from {c['runs_with_b']} runs' sacct snapshots, buckets at "
-                    f"{', '.join(f'{e:.0f}' for e in c['b_edges'])}. ")
-            if sp.get("rho") is not None:
+            sp = c.spearman_b_p95.get(first)
+            loc = [g for g in c.groups if g.variable == first and g.condition == "locality"]
+            text = (f"b from {c.runs_with_b} runs' sacct snapshots, buckets at "
+                    f"{', '.join(f'{e:.0f}' for e in c.b_edges)}. ")
+            if sp is not None and sp.rho is not None:
                 text += (f"For {first}, the Spearman correlation of b with a run's 95th percentile is "
-                         f"{sp['rho']:.2f} (p = {sp['p']:.2g})")
-                if sp.get("rho_within_locality") is not None:
-                    text += (f", {sp['rho_within_locality']:.2f} (p = {sp['p_within_locality']:.2g}) relative to "
+                         f"{sp.rho:.2f} (p = {sp.p:.2g})")
+                if sp.rho_within_locality is not None:
+                    text += (f", {sp.rho_within_locality:.2f} (p = {sp.p_within_locality:.2g}) relative to "
                              "runs of the same locality class")
                 text += ". "
             if len(loc) > 1:
-                text += "Median by locality: " + ", ".join(f"{g} {r['median']:,.3g}" for g, r in loc.iterrows()) + "."
+                text += "Median by locality: " + ", ".join(f"{g.group} {_num(g.median, '{:,.3g}')}" for g in loc) + "."
             part.reading = text
             sec.parts.append(part)
         if not sec.parts:
@@ -451,45 +477,45 @@ class Builder:
 
     def distributions(self) -> Section:
         sec = Section("distributions", "Latency and step-time distributions")
-        s = self.summary("distributions")
-        if not s or not s["datasets"]:
-            sec.empty = self.no_analysis("distributions", s)
+        res = self.result(DistributionsResult)
+        if res is None or not res.datasets:
+            sec.empty = self.no_analysis("distributions", res)
             return sec
-        base = self.analyses_dir / "distributions"
-        for name, d in s["datasets"].items():
+
+        def copy(name: str, file: str, title: str) -> Figure | None:
+            """A figure of the dataset's directory, under the analysis's file name."""
+            return self.copy_figure("distributions", name, Path(file).stem, title, res.dataset_file(name, file))
+
+        for name, d in res.datasets.items():
             part = Part(name)
             rows = []
-            if d["kind"] == "application":
-                st = d.get("step_ratio")
-                if st:
+            if d.kind == "application":
+                st = d.step_ratio
+                if st is not None:
                     rows.append({"variable": "step time / step median", **_stats_row(st)})
-                    fig = self.copy_figure("distributions", name, "step_ratio", "Step times relative to the same "
-                                           "step's median", base / name / "step_ratio.svg")
+                    fig = copy(name, DistributionsDataset.STEP_RATIO_FIGURE,
+                               "Step times relative to the same step's median")
                     part.figures += [fig] if fig else []
                     # skew is undefined (null) without spread, e.g. one run per step so far
-                    skew = f"skew {st['skew']:.1f}" if st.get("skew") is not None else "no spread yet"
-                    part.reading = (f"Step times span {st['p01']:.2f}x to {st['p99']:.2f}x of the same step's median "
+                    skew = f"skew {st.skew:.1f}" if st.skew is not None else "no spread yet"
+                    part.reading = (f"Step times span {st.p01:.2f}x to {st.p99:.2f}x of the same step's median "
                                     f"(1st to 99th percentile; {skew}); " + _modes_text(st) + ".")
             else:
-                for g in d.get("latency", []):
-                    rows.append({"variable": f"{g['benchmark']} {g['operation']} {g['size_bytes']} B",
-                                 **_stats_row(g)})
-                    fname = f"latency_{slug(g['benchmark'], g['operation'], g['size_bytes'])}"
-                    fig = self.copy_figure("distributions", name, fname,
-                                           f"{g['operation']} {g['size_bytes']} B: PDF and CDF", base / name / f"{fname}.svg")
+                for g in d.latency or []:
+                    rows.append({"variable": g.variable, **_stats_row(g)})
+                    fig = copy(name, g.figure, f"{g.operation} {g.size_bytes} B: PDF and CDF")
                     part.figures += [fig] if fig else []
                 for kind, title in (("timer", "Timer cost (calibration)"), ("pairwise", "Pairwise latency histograms")):
-                    fig = self.copy_figure("distributions", name, f"{kind}_histogram", title,
-                                           base / name / f"{kind}_histogram.svg")
+                    fig = copy(name, Histograms.figure_file(kind), title)
                     part.figures += [fig] if fig else []
                 multi = [r["variable"] for r in rows if r["modes"] > 1]
                 part.reading = (f"{len(rows)} operations and sizes; "
                                 + (f"several performance modes in {', '.join(multi)}" if multi else
                                    "each has a single performance mode (dip test)") + ". ")
-                timer = (d.get("histograms") or {}).get("timer")
-                if timer and "share_first_bin" in timer:
-                    part.reading += f"{timer['share_first_bin']:.1%} of timer calls fall in the first bin."
-            rt = d["run_time_s"]
+                timer = d.histograms.timer if d.histograms else None
+                if isinstance(timer, HistogramSummary):
+                    part.reading += f"{timer.share_first_bin:.1%} of timer calls fall in the first bin."
+            rt = d.run_time_s
             rows.append({"variable": "run time (s)", **_stats_row(rt)})
             part.tables.append(Table("Summary and higher-order statistics (moments about the minimum: m2 = mean of "
                                      "(x - min)^2)", pd.DataFrame(rows),
@@ -504,28 +530,27 @@ class Builder:
 
     def regression(self) -> Section:
         sec = Section("regression", "Regression check: before and after a change")
-        s = self.summary("compare")
-        if not s:
+        res = self.result(CompareResult)
+        if res is None:
             sec.empty = ("No data: no regression check was configured (set compare.before and compare.after, or run "
                          "`hpcvar compare BEFORE AFTER --out results/analyses/compare`).")
             return sec
-        pairs = pd.DataFrame(s["pairs"])
+        pairs = pd.DataFrame([p.model_dump(exclude_unset=True) for p in res.pairs])
         cols = [c for c in ("test", "variable", "verdict", "n_before", "n_after", "median_before", "median_after",
                             "shift_pct", "iqr_ratio", "modes_before", "modes_after", "p_holm") if c in pairs]
-        flagged = pairs[pairs["verdict"] != "unchanged"]
+        flagged = [p for p in res.pairs if p.verdict != "unchanged"]
         part = Part("All tests", tables=[Table("Verdict per test and variable", pairs[cols],
                                                {"median_before": "{:,.4g}", "median_after": "{:,.4g}",
                                                 "shift_pct": "{:+.1f}%", "iqr_ratio": "{:.2f}", "p_holm": "{:.2g}"})])
-        for r in flagged.itertuples():
-            if r.figure:
-                fig = self.copy_figure("regression", r.test, slug(r.variable), f"{r.test} {r.variable}: {r.verdict}",
-                                       self.analyses_dir / "compare" / r.figure)
+        for p in flagged:
+            if (path := res.figure(p)) is not None:
+                fig = self.copy_figure("regression", p.test, slug(p.variable), f"{p.test} {p.variable}: {p.verdict}",
+                                       path)
                 part.figures += [fig] if fig else []
         counts = pairs["verdict"].value_counts().to_dict()
-        b, a = s.get("before", {}), s.get("after", {})
-        part.reading = (f"Runs started {b.get('range') or b.get('source')} against {a.get('range') or a.get('source')}: "
-                        + ", ".join(f"{n} {v}" for v, n in counts.items()) + ". "
-                        + (" ".join(f"{r.test} {r.variable}: {r.reason}." for r in flagged.itertuples()) if len(flagged)
+        b, a = ((side.range or side.source) if side else None for side in (res.before, res.after))
+        part.reading = (f"Runs started {b} against {a}: " + ", ".join(f"{n} {v}" for v, n in counts.items()) + ". "
+                        + (" ".join(f"{p.test} {p.variable}: {p.reason}." for p in flagged) if flagged
                            else "No test changed."))
         sec.parts.append(part)
         sec.reading = ("The post-upgrade check (`hpcvar compare`): per test and variable, distribution tests "
@@ -538,15 +563,14 @@ class Builder:
 
     def interference(self) -> Section:
         sec = Section("interference", "Interference: the victim next to aggressors, per placement policy")
-        s = self.summary("interference")
-        if not s:
+        res = self.result(InterferenceResult)
+        if res is None:
             sec.empty = ("No data: no interference experiment (set interference.experiment, or run `hpcvar interference "
                          "simulate|run EXPERIMENT.yaml --out results/analyses/interference`).")
             return sec
-        base = self.analyses_dir / "interference"
-        jobs = pd.read_csv(base / "jobs.csv")
-        samples = pd.read_parquet(base / "samples.parquet") if (base / "samples.parquet").is_file() else None
-        simulated = s.get("mode", "simulate") != "slurm"
+        jobs = pd.read_csv(res.path(InterferenceResult.table("jobs")))
+        samples_file = res.path(InterferenceResult.table("samples", "parquet"))
+        samples = pd.read_parquet(samples_file) if samples_file.is_file() else None
         cols = ["policy", "routing", "slowdown_total", "slowdown_comm", "slowdown_latency"]
         fmt = {c: "{:.3f}" for c in cols[2:]}
         for job, by_job in jobs.groupby("job", sort=False):
@@ -576,12 +600,13 @@ class Builder:
                     part.reading += (f" Adaptive routing lowers it under {len(better)} of {len(wide)} policies"
                                      + (f" ({', '.join(better)})." if better else "."))
             sec.parts.append(part)
-        notes = " ".join(s.get("notes") or [])
+        notes = " ".join(res.notes)
+        collated = res.runs.collated if res.runs else 0
         sec.reading = (
             ("What-if on the simulated dragonfly (hpcvar interference simulate, after the Union/CODES hybrid-workload "
-             "study): " if simulated else f"A real experiment on the cluster ({s.get('runs', {}).get('collated', 0)} "
+             "study): " if res.simulated else f"A real experiment on the cluster ({collated} "
              "runs, hpcvar interference run): ")
-            + f"experiment {s.get('experiment')}: the victim and each aggressor alone, then all together, under each "
+            + f"experiment {res.experiment}: the victim and each aggressor alone, then all together, under each "
             "placement policy. A slowdown is the mixed run's total time, communication time or message latency over "
             "the same job's alone; random-group placement confines traffic to whole groups, the locality classes place "
             "the victim in one group, one island or across islands. " + notes)
@@ -596,10 +621,10 @@ class Builder:
                 versions[pkg] = "not installed"
         versions["python"] = platform.python_version()
         mlflow = {}
-        for analysis in ("neighbourhood", "deviation", "forecast"):
-            s = self.summary(analysis)
-            if s and s.get("mlflow"):
-                mlflow[analysis] = s["mlflow"]
+        for kind in (NeighbourhoodResult, DeviationResult, ForecastResult):
+            s = self.result(kind)
+            if s and s.mlflow:
+                mlflow[kind.NAME] = s.mlflow.model_dump()
         uri = next((m.get("tracking_uri") for m in mlflow.values() if m.get("tracking_uri")), None)
         software = sorted(set(self.runs["software"].dropna()) - {""})
         return {

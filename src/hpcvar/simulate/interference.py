@@ -90,6 +90,7 @@ from hpcvar.experiments.placement import Placement, PlacementError, place_jobs, 
 from hpcvar.experiments.spec import ROUTINGS, Experiment, ExperimentError, JobSpec, SystemSpec, load_experiment
 from hpcvar.grids import factor
 from hpcvar.progress import Progress
+from hpcvar.results.interference import InterferenceResult
 from hpcvar.simulate.presets import Preset
 from hpcvar.simulate.system import build_topology
 
@@ -553,26 +554,25 @@ def simulate_workload(jobs: list[JobTraffic], routing: str, solver_rounds: int =
 
 
 @dataclass
-class InterferenceResult:
+class SimulatedExperiment:
+    """An experiment's tables and its summary (what ``hpcvar interference simulate`` writes)."""
+
     jobs: pd.DataFrame        # one row per policy, routing, repetition, job: alone/mixed figures, slowdowns
     samples: pd.DataFrame     # one row per policy, routing, repetition, job, workload, iteration
     network: pd.DataFrame     # one row per policy, routing, repetition: channel utilisation of the mixed workload
-    summary: dict
+    summary: InterferenceResult
 
     def write(self, out: str | Path) -> list[Path]:
         """CSV and Parquet of the three tables plus summary.json under ``out``."""
-        import json
-
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
         written = []
         for name in ("jobs", "samples", "network"):
             df = getattr(self, name)
-            df.to_csv(out / f"{name}.csv", index=False)
-            df.to_parquet(out / f"{name}.parquet", index=False)
-            written += [out / f"{name}.csv", out / f"{name}.parquet"]
-        (out / "summary.json").write_text(json.dumps(self.summary, indent=1) + "\n")
-        return written + [out / "summary.json"]
+            df.to_csv(out / InterferenceResult.table(name, "csv"), index=False)
+            df.to_parquet(out / InterferenceResult.table(name, "parquet"), index=False)
+            written += [out / InterferenceResult.table(name, "csv"), out / InterferenceResult.table(name, "parquet")]
+        return written + [self.summary.write(out)]
 
 
 #: Slowdown column -> (per-iteration sample column, jobs-table column stem, unit): each job's
@@ -583,7 +583,7 @@ SLOWDOWNS = {"slowdown_total": ("total_time_s", "total_time", "s"),
              "slowdown_max_latency": ("max_latency_us", "max_latency", "us")}
 
 
-def run_experiment(exp: Experiment, progress: bool = True) -> InterferenceResult:
+def run_experiment(exp: Experiment, progress: bool = True) -> SimulatedExperiment:
     """Every policy x routing x repetition: each job alone and all jobs together.
 
     Placements, Valiant intermediates and burst phases depend on (seed, policy, repetition) only,
@@ -659,11 +659,11 @@ def run_experiment(exp: Experiment, progress: bool = True) -> InterferenceResult
                       for job, by_job in jobs.groupby("job", sort=False)},
         "elapsed_s": round(time.monotonic() - t0, 2),
     }
-    return InterferenceResult(jobs=jobs, samples=samples, network=network, summary=summary)
+    return SimulatedExperiment(jobs, samples, network, InterferenceResult.build(summary))
 
 
 def simulate_experiment(path: str | Path, out: str | Path, overrides: dict[str, object] | None = None,
-                        progress: bool = True) -> InterferenceResult:
+                        progress: bool = True) -> SimulatedExperiment:
     """``hpcvar interference simulate``: load, run, write tables and summary under ``out``."""
     exp = load_experiment(path, overrides)
     result = run_experiment(exp, progress)
@@ -673,6 +673,6 @@ def simulate_experiment(path: str | Path, out: str | Path, overrides: dict[str, 
 
 
 __all__ = [
-    "SLOWDOWNS", "DragonflyNetwork", "JobTraffic", "WorkloadResult", "InterferenceResult",
+    "SLOWDOWNS", "DragonflyNetwork", "JobTraffic", "WorkloadResult", "SimulatedExperiment",
     "pattern_rounds", "simulate_workload", "run_experiment", "simulate_experiment",
 ]

@@ -135,4 +135,20 @@ def get_preset(name: str, overrides: dict | None = None) -> Preset:
     return replace(preset, **coerced)
 
 
-__all__ = ["DatasetSpec", "Preset", "PRESETS", "TABLE_I", "LONG_MILC", "get_preset"]
+def upgrade_windows(name: str, overrides: dict | None = None) -> tuple[str, str] | None:
+    """The date ranges before and after the preset's planted upgrade, as ``hpcvar compare
+    --before/--after`` takes them (``START..END``, whole days, inclusive): from the campaign's first
+    day to the day before ``upgrade_day``, and from that day to the last. None when the preset
+    plants no upgrade inside the campaign or runs no microbenchmark (whose latencies it changes)."""
+    import datetime as dt
+
+    p = get_preset(name, overrides)
+    if not 0 < p.upgrade_day < p.days or p.microbenchmark_nodes == 0:
+        return None
+    first = dt.date.fromisoformat(p.start[:10])
+    upgrade = first + dt.timedelta(days=p.upgrade_day)
+    last = first + dt.timedelta(days=p.days - 1)
+    return f"{first}..{upgrade - dt.timedelta(days=1)}", f"{upgrade}..{last}"
+
+
+__all__ = ["DatasetSpec", "Preset", "PRESETS", "TABLE_I", "LONG_MILC", "get_preset", "upgrade_windows"]

@@ -1,0 +1,13 @@
+"""Parts that several results share."""
+
+from __future__ import annotations
+
+from hpcvar.results import Record
+
+
+class MLflowRuns(Record):
+    """Where an analysis logged: the tracking store, its experiment and one run per dataset."""
+
+    tracking_uri: str | None = None
+    experiment_id: str
+    runs: dict[str, str]

@@ -1,0 +1,133 @@
+"""Each analysis setting is defined once (src/hpcvar/settings.py); the workflow's schema, the
+documentation, config/config.yaml and the command line agree with that one definition."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from snakemake.utils import validate
+
+from hpcvar import settings
+from hpcvar.settings import (ANALYSES, CompareSettings, DeviationSettings, ForecastSettings, NeighbourhoodSettings,
+                             SettingsError)
+
+REPO = Path(__file__).resolve().parents[1]
+SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
+CONFIG = REPO / "config" / "config.yaml"
+
+
+def test_generated_schema_and_docs_are_those_of_the_models(tmp_path):
+    for rel, make in settings.GENERATED.items():
+        assert (REPO / rel).read_text() == make(), f"{rel} is stale: run python -m hpcvar.settings --write"
+    # and the check itself fails on a stale file, naming it
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "workflow" / "schemas").mkdir(parents=True)
+    (tmp_path / "docs" / "settings.md").write_text("old\n")
+    out = subprocess.run([sys.executable, "-m", "hpcvar.settings", "--root", str(tmp_path)], capture_output=True,
+                         text=True)
+    assert out.returncode == 1 and "docs/settings.md: out of date" in out.stderr
+
+
+def _validated(doc: dict) -> dict:
+    doc = copy.deepcopy(doc)
+    validate(doc, str(SCHEMA))
+    return doc
+
+
+def test_workflow_defaults_are_the_models_defaults():
+    """Snakemake's validate() fills in the defaults from the generated schema: they are exactly
+    the models' defaults, for every key of every analysis (nothing missing, nothing extra)."""
+    cfg = _validated({})
+    for name, model in ANALYSES.items():
+        assert cfg["analyses"][name] == model().as_dict(), name
+    compare = {k: v for k, v in cfg["compare"].items() if k not in ("before", "after")}
+    assert compare == CompareSettings().as_dict()
+
+
+@pytest.mark.parametrize("section, bad", [
+    ("neighbourhood", {"tau": 0}), ("deviation", {"folds": 1}), ("deviation", {"fold": 3}),
+    ("forecast", {"lgbm": {"subsample": 1.5}}), ("forecast", {"grid": {"milc": {"m": [3]}}}),
+    ("distributions", {"mode_scale": "cubic"}), ("compare", {"alpha": 1.0}), ("compare", {"bogus": 1})])
+def test_schema_and_models_refuse_the_same_values(section, bad):
+    doc = {"compare": bad} if section == "compare" else {"analyses": {section: bad}}
+    with pytest.raises(Exception, match="(?i)validat"):
+        _validated(doc)
+    with pytest.raises(SettingsError) as exc:
+        settings.ALL[section].from_mapping(bad, "my.yaml")
+    key = next(iter(bad))
+    assert key in str(exc.value) and "my.yaml" in str(exc.value)
+
+
+def test_config_yaml_restates_no_default():
+    """config/config.yaml sets only what differs from the defaults, so each default exists once."""
+    doc = yaml.safe_load(CONFIG.read_text())
+    sections = {**{n: (doc.get("analyses") or {}).get(n) or {} for n in ANALYSES},
+                "compare": {k: v for k, v in (doc.get("compare") or {}).items() if k not in ("before", "after")}}
+    for name, given in sections.items():
+        defaults = settings.ALL[name]().as_dict()
+        restated = {k: v for k, v in given.items() if defaults.get(k) == v}
+        assert not restated, f"config/config.yaml restates the defaults of {name}: {restated}"
+        settings.ALL[name].from_mapping(given, CONFIG)  # and what it sets is valid
+
+
+def test_errors_name_every_problem_and_the_known_keys():
+    with pytest.raises(SettingsError) as exc:
+        ForecastSettings.from_mapping({"analyses": {}, "lr": -1, "lgbm": {"subsample": 2}}, "config/config.yaml")
+    text = str(exc.value)
+    assert "forecast settings in config/config.yaml" in text
+    assert "unknown setting 'analyses'" in text
+    assert "lr: Input should be greater than 0 (got -1)" in text
+    assert "lgbm.subsample: Input should be less than or equal to 1 (got 2)" in text
+    assert "Known settings: grid, folds," in text
+
+
+def test_defaults_and_overrides():
+    assert NeighbourhoodSettings().threshold_nodes == 128
+    assert ForecastSettings().neighbour_min_nodes == NeighbourhoodSettings().threshold_nodes
+    s = ForecastSettings.from_mapping({"lgbm": {"n_estimators": 5}, "grid": {"milc": {"m": [4], "k": [8]}}})
+    assert s.lgbm.n_estimators == 5 and s.lgbm.num_leaves == 15  # nested keys left out keep their default
+    assert s.as_dict()["grid"] == {"milc": {"m": [4], "k": [8]}}
+    assert DeviationSettings.from_mapping({"learning_rate": 1}).learning_rate == 1.0
+
+
+def test_every_setting_is_documented_with_its_default():
+    doc = (REPO / "docs" / "settings.md").read_text()
+    for name, model in settings.ALL.items():
+        for key, info in model.model_fields.items():
+            assert info.description, f"{name}.{key} has no description"
+            assert f"| `{key}` |" in doc, f"{name}.{key} missing from docs/settings.md"
+
+
+def test_analyses_have_no_defaults_of_their_own():
+    import importlib
+
+    for name in (*ANALYSES, "compare"):
+        module = importlib.import_module(f"hpcvar.analyses.{name}")
+        assert not hasattr(module, "DEFAULTS"), f"hpcvar.analyses.{name}.DEFAULTS duplicates hpcvar.settings"
+
+
+def test_cli_refuses_a_value_out_of_bounds_before_reading_the_dataset(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "hpcvar", "deviation", str(tmp_path / "none"), "--out",
+                          str(tmp_path / "o"), "--set", "folds=1"], capture_output=True, text=True)
+    assert out.returncode != 0
+    assert "deviation settings in the --set options: folds: Input should be greater than or equal to 2" in out.stderr
+
+
+def test_workflow_options_read_back_as_the_same_settings():
+    """The compare rule passes the `compare:` section as options (to_options); hpcvar compare's
+    parser (add_options) reads back exactly those settings, booleans included."""
+    import argparse
+
+    given = {"alpha": 0.01, "independent": True, "n_perm": 99, "before": "2026-01-01..2026-01-02"}
+    args = settings.to_options(CompareSettings, given)
+    assert "--permutations" in args and "--independent" in args and "2026-01-01..2026-01-02" not in args
+    parser = argparse.ArgumentParser()
+    settings.add_options(parser, CompareSettings)
+    back = settings.from_options(parser.parse_args(args), CompareSettings)
+    assert back == CompareSettings.from_mapping({k: v for k, v in given.items() if k != "before"})
+    assert "--independent" not in settings.to_options(CompareSettings, {})
