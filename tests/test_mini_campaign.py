@@ -26,6 +26,7 @@ def mini(tmp_path_factory, cluster):  # noqa: F811
     wd = tmp_path_factory.mktemp("mini")
     for item in ("Snakefile", "workflow", "config"):
         subprocess.run(["cp", "-r", str(REPO / item), str(wd / item)], check=True)
+    (wd / "reframe_tests").symlink_to(REPO / "reframe_tests")  # the project's suite: ReFrame runs here
     config = yaml.safe_load((REPO / "config" / "campaign-mini.yaml").read_text())
     config["results"] = "results"
     config["campaign"]["environment"].update(HPCVAR_SOURCE_MIRROR=str(SOURCE_MIRROR),

@@ -131,3 +131,12 @@ def test_workflow_options_read_back_as_the_same_settings():
     back = settings.from_options(parser.parse_args(args), CompareSettings)
     assert back == CompareSettings.from_mapping({k: v for k, v in given.items() if k != "before"})
     assert "--independent" not in settings.to_options(CompareSettings, {})
+
+
+def test_analysis_help_lists_the_models_settings():
+    from hpcvar.cli import build_parser
+
+    for name, model in ANALYSES.items():
+        sub = build_parser()._subparsers._group_actions[0].choices[name]
+        text = " ".join(sub.format_help().split())
+        assert f"settings: {', '.join(model.model_fields)} (defaults and meaning: docs/settings.md)" in text

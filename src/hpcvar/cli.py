@@ -373,6 +373,8 @@ def build_parser() -> argparse.ArgumentParser:
         "forecast": "forecast the next k steps from the last m (attention model vs baselines)",
         "distributions": "PDFs/CDFs, modes (dip test) and cycle minima of step times and latencies (Confidence)",
     }
+    from hpcvar.settings import ANALYSES
+
     for name, text in analyses.items():
         s = sub.add_parser(name, help=text, description=f"{text}. Logs to MLflow and writes OUT/summary.json.")
         s.add_argument("dataset", help="dataset directory written by `hpcvar collate`")
@@ -381,7 +383,8 @@ def build_parser() -> argparse.ArgumentParser:
                                         f"'analyses: {name}:' section), a file with a '{name}:' section, or the "
                                         f"settings alone; unknown settings are refused")
         s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                       help="override one setting, e.g. --set folds=5 (value is YAML; repeatable)")
+                       help="override one setting, e.g. --set folds=5 (value is YAML; repeatable); settings: "
+                            f"{', '.join(ANALYSES[name].model_fields)} (defaults and meaning: docs/settings.md)")
         s.set_defaults(func=cmd_analysis)
 
     from hpcvar.defaults import REFRAME_CONFIG

@@ -11,3 +11,13 @@ class MLflowRuns(Record):
     tracking_uri: str | None = None
     experiment_id: str
     runs: dict[str, str]
+
+
+class Mode(Record):
+    """One performance mode (:func:`hpcvar.analyses.distributions.detect_modes`): KDE peak, share of
+    the samples and its basin."""
+
+    location: float
+    weight: float  # share of the samples
+    lower: float
+    upper: float

@@ -9,6 +9,7 @@ from typing import Literal
 
 from hpcvar.naming import slug
 from hpcvar.results import Record, Result
+from hpcvar.results._common import Mode
 from hpcvar.settings import CompareSettings
 
 
@@ -29,15 +30,6 @@ class RunSettings(CompareSettings):
     correction: Literal["holm"]
     higher_is_better: list[str]
     lower_is_better: list[str]
-
-
-class Mode(Record):
-    """A mode of one side's samples (:func:`hpcvar.analyses.distributions.detect_modes`)."""
-
-    location: float
-    weight: float       # share of the samples
-    lower: float
-    upper: float
 
 
 class Regression(Record):

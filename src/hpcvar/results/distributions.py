@@ -13,7 +13,7 @@ from typing import Literal
 
 from hpcvar.naming import slug
 from hpcvar.results import Record, Result
-from hpcvar.results._common import MLflowRuns
+from hpcvar.results._common import MLflowRuns, Mode
 from hpcvar.settings import DistributionsSettings
 
 
@@ -26,15 +26,6 @@ class Moments(Record):
     m4: float
     m3_std: float | None  # null for constant data
     m4_std: float | None
-
-
-class Mode(Record):
-    """One performance mode: KDE peak, share of the samples and its basin."""
-
-    location: float
-    weight: float
-    lower: float
-    upper: float
 
 
 class Description(Record):
