@@ -8,8 +8,6 @@ import numpy as np
 import pandas as pd
 
 from hpcvar.dataset import Dataset
-from hpcvar.fileio import atomic_write_json
-from hpcvar.results import clean  # noqa: F401 (the analyses' JSON-safe conversion, re-exported)
 
 #: Feature sets of the paper's ablations (Section V-C): job counters, then placement, io, sys.
 FEATURE_SETS = ("job", "placement", "io", "sys", "neighbours")
@@ -125,12 +123,6 @@ def relative_deviation(frame: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
 def mape(actual, predicted) -> float:
     actual, predicted = np.asarray(actual, float), np.asarray(predicted, float)
     return float(np.mean(np.abs(predicted - actual) / np.abs(actual)))
-
-
-def write_summary(path: str | Path, summary: dict) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(path, clean(summary))
 
 
 def subplots(*args, **kwargs):

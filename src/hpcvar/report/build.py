@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
-import json
 import platform
 import shutil
 from dataclasses import dataclass, field
@@ -153,25 +152,16 @@ class Builder:
         shutil.copyfile(src, dst)
         return self.figure(section, dataset, name, title, dst)
 
-    def summary(self, analysis: str) -> dict | None:
-        if not self.analyses_dir:
-            return None
-        p = self.analyses_dir / analysis / "summary.json"
-        return json.loads(p.read_text()) if p.is_file() else None
-
     def result(self, kind: type[R]) -> R | None:
         """The analysis's typed result (``analyses/<analysis>/summary.json``), None if it did not run."""
         return kind.read(self.analyses_dir / kind.NAME) if self.analyses_dir else None
 
     @staticmethod
-    def no_analysis(analysis: str, summary) -> str:
-        if summary is None:
+    def no_analysis(analysis: str, result: Result | None) -> str:
+        if result is None:
             return f"No {analysis} analysis summary (run `hpcvar {analysis}`)."
-        if not isinstance(summary, dict):  # a typed result (hpcvar.results)
-            summary = {"notes": getattr(summary, "notes", None),
-                       "params": {"min_runs": getattr(getattr(summary, "params", None), "min_runs", None)}}
-        why = " ".join(summary.get("notes") or [])
-        need = summary.get("params", {}).get("min_runs")
+        why = " ".join(getattr(result, "notes", None) or [])  # not every analysis keeps notes
+        need = getattr(getattr(result, "params", None), "min_runs", None)
         return (f"No data: the {analysis} analysis found no dataset it could analyse"
                 + (f" (it needs {need} runs or more per dataset)" if need else "") + (f". {why}" if why else "."))
 

@@ -9,7 +9,7 @@ result too (``result.path(...)``), never by rebuilding file names.
 
 Results keep the analyses' JSON as it was: fields are declared in the order the analyses write
 them, keys an analysis leaves out are left out again (``exclude_unset``), and NaN is written as
-null (:func:`hpcvar.analyses.common.clean`).
+null (:func:`clean`).
 """
 
 from __future__ import annotations
