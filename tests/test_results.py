@@ -12,7 +12,7 @@ import pytest
 
 from hpcvar.analyses import neighbourhood
 from hpcvar.results import ResultError
-from hpcvar.results.neighbourhood import NeighbourhoodDataset, NeighbourhoodResult
+from hpcvar.results.neighbourhood import NeighbourhoodResult
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +65,3 @@ def test_report_refuses_a_summary_of_another_shape(written, tmp_path):
     assert f"{analyses / 'neighbourhood' / 'summary.json'}: not a neighbourhood result" in proc.stderr
     assert "params" in proc.stderr and not (tmp_path / "report.html").exists()
 
-
-def test_figure_names_come_from_the_result():
-    assert NeighbourhoodDataset.top_users_figure("milc-128") == "milc-128/top_users.svg"

@@ -98,9 +98,15 @@ def test_defaults_and_overrides():
 def test_every_setting_is_documented_with_its_default():
     doc = (REPO / "docs" / "settings.md").read_text()
     for name, model in settings.ALL.items():
+        section = doc.split(f"## `{'analyses.' if name in ANALYSES else ''}{name}`", 1)[1].split("\n## ", 1)[0]
         for key, info in model.model_fields.items():
             assert info.description, f"{name}.{key} has no description"
-            assert f"| `{key}` |" in doc, f"{name}.{key} missing from docs/settings.md"
+            row = next((line for line in section.splitlines() if line.startswith(f"| `{key}` |")), None)
+            assert row, f"{name}.{key} missing from its section of docs/settings.md"
+            default = info.get_default(call_default_factory=True) if not info.is_required() else None
+            if isinstance(default, (bool, int, float, str)):
+                shown = str(default).lower() if isinstance(default, bool) else str(default)
+                assert f"| `{shown}` |" in row, (name, key, row)
 
 
 def test_analyses_have_no_defaults_of_their_own():

@@ -221,10 +221,6 @@ ANALYSES: dict[str, type[Settings]] = {m.name: m for m in (NeighbourhoodSettings
 ALL: dict[str, type[Settings]] = {**ANALYSES, CompareSettings.name: CompareSettings}
 
 
-def for_analysis(name: str) -> type[Settings]:
-    return ALL[name]
-
-
 # --- derived: JSON schema, Markdown, command-line options ------------------------------------------
 
 _SCALARS = {int: "integer", float: "number", bool: "boolean", str: "string"}
