@@ -3,8 +3,9 @@
 No Apptainer and no network here: the recipes are parsed (spython) and checked for structure and
 for agreement with reframe_tests/apps/sources.yaml (the one source of truth), the build scripts
 are syntax-checked (and linted when shellcheck is installed), fetch.sh is run for real against
-git repositories, tarballs and source mirrors created in the test, and every pin is checked to
-resolve in the source mirror (../shared/sources: the archive exists and has the pinned sha256).
+git repositories, tarballs and source mirrors created in the test, and, with a source mirror
+(``HPCVAR_SOURCE_MIRROR``; skipped without one), every pin is checked to resolve in it (the
+archive exists, has the pinned sha256 and one top-level folder named like it).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import pytest
 import yaml
 from spython.main.parse.parsers import SingularityParser
 
-from conftest import SOURCE_MIRROR
+from conftest import needs_source_mirror
 
 REPO = Path(__file__).resolve().parents[1]
 APPS_DIR = REPO / "reframe_tests" / "apps"
@@ -143,23 +144,12 @@ def test_only_amg2023_has_a_dependency():
     assert [name for name, entry in sources.items() if entry.get("deps")] == ["amg2023"]
 
 
-def _mirror_index() -> dict[str, tuple[str, str]]:
-    """archive -> (commit, sha256) from the mirror's SOURCES.md (its table and its sha256 block)."""
-    text = (SOURCE_MIRROR / "SOURCES.md").read_text()
-    commits = {m[1]: m[2] for m in re.finditer(r"^\| (\S+\.tar\.gz) \|[^|]*\|[^|]*\| ([0-9a-f]{40}) \|", text, re.M)}
-    sums = {m[2]: m[1] for m in re.finditer(r"^([0-9a-f]{64})  (\S+\.tar\.gz)$", text, re.M)}
-    return {name: (commits.get(name), sums.get(name)) for name in commits.keys() | sums.keys()}
-
-
 @pytest.mark.parametrize("name,entry", list(entries()), ids=[n for n, _ in entries()])
 def test_every_pin_resolves_in_the_source_mirror(name, entry):
-    if not SOURCE_MIRROR.is_dir():
-        pytest.fail(f"source mirror not found at {SOURCE_MIRROR}; set HPCVAR_SOURCE_MIRROR")
-    archive = SOURCE_MIRROR / entry["mirror"]
-    assert archive.is_file(), f"{name}: {entry['mirror']} is not in the mirror"
-    assert hashlib.sha256(archive.read_bytes()).hexdigest() == entry["mirror_sha256"]
-    commit, digest = _mirror_index()[entry["mirror"]]
-    assert (commit, digest) == (entry["commit"], entry["mirror_sha256"]), "sources.yaml and SOURCES.md disagree"
+    mirror = needs_source_mirror()
+    archive = mirror / entry["mirror"]
+    assert archive.is_file(), f"{name}: {entry['mirror']} is not in the mirror {mirror}"
+    assert hashlib.sha256(archive.read_bytes()).hexdigest() == entry["mirror_sha256"], name
     with tarfile.open(archive) as tar:  # one top-level folder named like the archive
         assert {m.name.split("/")[0] for m in tar.getmembers()} == {entry["mirror"].removesuffix(".tar.gz")}
 
@@ -550,6 +540,52 @@ def test_fetch_without_mirror_and_network_fails_clearly(tmp_path, upstream):
     res = run_fetch("fake", tmp_path / "src", sources, HPCVAR_SOURCE_MIRROR=str(tmp_path / "mirror"))
     assert res.returncode != 0
     assert "git clone" in res.stderr and "failed" in res.stderr and "HPCVAR_SOURCE_MIRROR" in res.stderr
+
+
+def test_offline_fetch_takes_only_the_mirror(tmp_path, upstream):
+    """HPCVAR_OFFLINE=1: an archive missing from the mirror, or no mirror at all, is an error
+    naming the archive or the variable; nothing is cloned although the upstream is reachable."""
+    repo, tagged, _ = upstream
+    (tmp_path / "mirror").mkdir()
+    sources = _mirror_sources(tmp_path, str(repo), tagged, "cd" * 32)
+    res = run_fetch("fake", tmp_path / "src", sources, HPCVAR_SOURCE_MIRROR=str(tmp_path / "mirror"),
+                    HPCVAR_OFFLINE="1")
+    assert res.returncode != 0
+    assert "fake-1.0.tar.gz is not in the source mirror" in res.stderr and "HPCVAR_OFFLINE=1" in res.stderr
+    assert not (tmp_path / "src" / "VERSION").exists()
+    res = run_fetch("fake", tmp_path / "src2", sources, HPCVAR_OFFLINE="1")
+    assert res.returncode != 0
+    assert "no source mirror (set HPCVAR_SOURCE_MIRROR" in res.stderr
+    assert not (tmp_path / "src2" / "VERSION").exists()
+
+
+def test_mirror_archives_do_not_depend_on_the_umask(tmp_path, upstream):
+    repo, tagged, _ = upstream
+    sources = _mirror_sources(tmp_path, str(repo), tagged, "0" * 64)
+    made = []
+    for umask in ("022", "077"):
+        out = tmp_path / f"umask{umask}"
+        res = subprocess.run(["sh", "-c", f'umask {umask} && exec sh "$0" --mirror "$1"', str(FETCH), str(out)],
+                             capture_output=True, text=True,
+                             env={**os.environ, "HPCVAR_SOURCES": str(sources), "GIT_CONFIG_GLOBAL": os.devnull})
+        assert res.returncode == 0, res.stderr
+        made.append((out / "fake-1.0.tar.gz").read_bytes())
+    assert made[0] == made[1]
+
+
+def test_mirror_mode_refuses_an_incomplete_checkout(tmp_path, upstream):
+    """A clone that lacks a blob (as a partial snapshot of a big repository may) checks out with
+    files missing and git exits 0: the archive would lack them silently."""
+    repo, tagged, _ = upstream
+    broken = tmp_path / "broken.git"
+    git("clone", "-q", "--mirror", str(repo), str(broken), cwd=tmp_path)
+    blob = git("rev-parse", f"{tagged}:VERSION", cwd=broken).strip()
+    (broken / "objects" / blob[:2] / blob[2:]).unlink()
+    sources = _mirror_sources(tmp_path, str(broken), tagged, "0" * 64)
+    res = subprocess.run(["sh", str(FETCH), "--mirror", str(tmp_path / "m")], capture_output=True, text=True,
+                         env={**os.environ, "HPCVAR_SOURCES": str(sources), "GIT_CONFIG_GLOBAL": os.devnull})
+    assert res.returncode != 0 and "incomplete" in res.stderr, res.stdout + res.stderr
+    assert not (tmp_path / "m" / "fake-1.0.tar.gz").exists()
 
 
 def test_mirror_mode_fills_a_mirror_reproducibly(tmp_path, upstream):

@@ -9,7 +9,7 @@
 # internet, for air-gapped sites): for every entry with a `mirror` archive name (all apps and
 # their dependencies, or the APPs given), clone the pinned commit (with submodules when the
 # entry says so) and write DIR/<archive> (a tar.gz with one top-level folder named like the
-# archive, reproducible: sorted entries, mtime 2020-01-01, owner 0, gzip -n) and print its
+# archive, reproducible: sorted entries, mtime 2020-01-01, owner 0, modes normalised, gzip -n) and print its
 # sha256 beside the pinned `mirror_sha256`. Existing archives with the pinned sum are kept.
 #
 # Source mirror (the way Spack mirrors work): when HPCVAR_SOURCE_MIRROR names a directory and
@@ -24,6 +24,8 @@
 #
 # Environment:
 #   HPCVAR_SOURCE_MIRROR directory of mirror archives to use before any network fetch
+#   HPCVAR_OFFLINE       1: never fetch from upstream (no network): an archive missing from the
+#                        mirror, or no mirror at all, is an error
 #   HPCVAR_SOURCES       sources.yaml to read (default: ../sources.yaml next to this script,
 #                        then ./sources.yaml next to it, then /opt/hpcvar/sources.yaml)
 #   HPCVAR_FETCH_METHOD  git | tarball: override the entry's `fetch` (default git)
@@ -209,9 +211,14 @@ fetch_one() {  # fetch_one NAME DEST  (NAME: app or app/dep)
         [ -d "$HPCVAR_SOURCE_MIRROR" ] || die "HPCVAR_SOURCE_MIRROR=$HPCVAR_SOURCE_MIRROR is not a directory"
         if [ -f "$HPCVAR_SOURCE_MIRROR/$mirror" ]; then
             method=mirror
+        elif [ "${HPCVAR_OFFLINE:-0}" = 1 ]; then
+            die "$name: $mirror is not in the source mirror $HPCVAR_SOURCE_MIRROR and HPCVAR_OFFLINE=1 forbids upstream fetches"
         else
             say "$name: $mirror is not in the source mirror $HPCVAR_SOURCE_MIRROR; falling back to upstream"
         fi
+    fi
+    if [ "$method" != mirror ] && [ "${HPCVAR_OFFLINE:-0}" = 1 ]; then
+        die "$name: no source mirror (set HPCVAR_SOURCE_MIRROR; fill one with fetch.sh --mirror DIR where there is internet) and HPCVAR_OFFLINE=1 forbids upstream fetches"
     fi
 
     case $method in
@@ -335,7 +342,11 @@ mirror_one() {  # mirror_one NAME: clone NAME's pinned commit, write its archive
     if [ "$(get submodules)" = true ]; then
         git -C "$work/$top" submodule --quiet update --init --recursive
     fi
-    tar --sort=name --mtime=2020-01-01 --owner=0 --group=0 --numeric-owner --exclude-vcs \
+    # A clone that lacks objects (a shallow or partial mirror) checks out with files missing.
+    [ -z "$(git -C "$work/$top" status --porcelain)" ] \
+        || die "$name: the checkout of $commit_pin is incomplete (git status lists changes): $git_url lacks objects"
+    # Modes normalised too, so the archive does not depend on the umask of whoever fills the mirror.
+    tar --sort=name --mtime=2020-01-01 --owner=0 --group=0 --numeric-owner --mode=go-w,u+rw,a+rX --exclude-vcs \
         -C "$work" -cf - "$top" | gzip -n >"$out.tmp"
     mv "$out.tmp" "$out"
     actual=$(sha256_of "$out")
