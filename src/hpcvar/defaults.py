@@ -16,4 +16,6 @@ REFRAME_CONFIG = "config/reframe/settings.py"
 
 #: Default forecasting grid per app: temporal context m and horizon k (the paper's Figures 8, 10).
 FORECAST_GRID = {"amg": {"m": [3, 8], "k": [5, 10]}, "milc": {"m": [10, 20], "k": [20, 40]},
-                 "minivite": {"m": [2, 3], "k": [1, 2]}, "umt": {"m": [2, 3], "k": [2, 3]}}
+                 "minivite": {"m": [2, 3], "k": [1, 2]}, "umt": {"m": [2, 3], "k": [2, 3]},
+                 # hpcvar's AMG proxy (not Table I's): 6 steps toy-sized, 20 at full size
+                 "amgproxy": {"m": [2, 3], "k": [1, 2]}}

@@ -55,7 +55,7 @@ RUNS = Table(
     (
         _c("run_id", pa.string(), "Stable run identifier: `<system>-<job id>`.", False),
         _c("system", pa.string(), "System name from the campaign's system.yaml.", False),
-        _c("app", pa.string(), "Application: amg, milc, minivite, umt, or a microbenchmark name.", False),
+        _c("app", pa.string(), "Application: amg, milc, minivite, umt, amgproxy (hpcvar's AMG proxy), or a microbenchmark name.", False),
         _c("dataset", pa.string(), "Dataset = app + node count + input, e.g. `milc-128`.", False),
         _c("input", pa.string(), "Application input (command-line parameters or input deck)."),
         _c("num_nodes", pa.int32(), "Nodes allocated to the run. Null for runs imported from tables without a node "

@@ -53,6 +53,7 @@ from hpcvar.topology import Topology
 TESTS: dict[str, tuple[str, str]] = {
     "amg": ("AMG2013", "amg"), "amg2013": ("AMG2013", "amg"), "amg2023": ("AMG2023", "amg"),
     "milc": ("MILC", "milc"), "minivite": ("MiniVite", "minivite"), "umt": ("UMT", "umt"),
+    "amgproxy": ("AMGProxy", "amgproxy"),
     "collectives": ("Collectives", "microbenchmarks"), "overtime": ("Overtime", "microbenchmarks"),
     "confidence": ("Confidence", "microbenchmarks"), "aggressor": ("Aggressor", "microbenchmarks"),
 }

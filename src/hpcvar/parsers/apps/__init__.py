@@ -1,10 +1,10 @@
-"""Application stdout: per-step timing of AMG, MILC, UMT and miniVite, and OSU/IMB tables.
+"""Application stdout: per-step timing of AMG, MILC, UMT, miniVite and hpcvar's AMG proxy, and OSU/IMB tables.
 
 Owns the standard output of the campaign's applications, plain or with every line prefixed by
 moreutils ``ts '%.s'`` (``<epoch seconds>.<6 digits> <line>``: the project's ReFrame tests pipe
 app output through it). Apps: ``amg2013`` | ``amg2023`` | ``milc`` | ``umt`` | ``minivite`` |
-``osu`` | ``imb``; which lines are step boundaries is documented in each app module
-(:mod:`.amg`, :mod:`.milc`, :mod:`.umt`, :mod:`.minivite`, :mod:`.microbench`).
+``amgproxy`` | ``osu`` | ``imb``; which lines are step boundaries is documented in each app module
+(:mod:`.amg`, :mod:`.milc`, :mod:`.umt`, :mod:`.minivite`, :mod:`.amgproxy`, :mod:`.microbench`).
 
 Per-step times come from two sources: the ``ts`` epochs of the step-marker lines (``start``,
 ``end``, ``duration_s``: they tie steps to monitoring data) and the app's own printed figure
@@ -13,7 +13,7 @@ figure.
 
 API: :func:`sniff`, :func:`detect_app`, :func:`read` -> :class:`AppOutput`, :func:`describe`,
 and the simulator's writer :func:`write_timestamped` (apps ``amg2013``, ``milc``, ``umt``,
-``minivite``).
+``minivite``, ``amgproxy``).
 """
 
 from __future__ import annotations
@@ -24,17 +24,18 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
-from hpcvar.parsers.apps import amg, microbench, milc, minivite, umt
+from hpcvar.parsers.apps import amg, amgproxy, microbench, milc, minivite, umt
 from hpcvar.parsers.apps._core import AppOutput, Line, TimedText, load_lines, strip_ts
 from hpcvar.parsers.errors import ParseError
 
 __all__ = ["APPS", "WRITABLE_APPS", "AppOutput", "describe", "detect_app", "read", "sniff", "write_timestamped"]
 
 KIND = "app_stdout"
-APPS = ("amg2013", "amg2023", "milc", "umt", "minivite", "osu", "imb")
+APPS = ("amg2013", "amg2023", "milc", "umt", "minivite", "amgproxy", "osu", "imb")
 
 # First match wins; each pattern is a line only that app prints (checked against every sample).
 _SIGNATURES: tuple[tuple[str, re.Pattern], ...] = (
+    ("amgproxy", re.compile(rf"^{amgproxy.BANNER.pattern}$", re.MULTILINE)),
     ("amg2023", re.compile(rf"^{re.escape(amg.RUN_HEADER)}\s*\n\s*Problem ID\s*=", re.MULTILINE)),
     ("amg2013", re.compile(rf"^{re.escape(amg.RUN_HEADER)}\s*\n\s*solver ID\s*=", re.MULTILINE)),
     ("milc", re.compile(r"^MIMD version \S", re.MULTILINE)),
@@ -49,9 +50,11 @@ _SIGNATURES: tuple[tuple[str, re.Pattern], ...] = (
 
 _PARSERS: dict[str, Callable[[str | Path, Sequence[Line], bool], AppOutput]] = {
     "amg2013": amg.parse, "amg2023": amg.parse, "milc": milc.parse, "umt": umt.parse,
-    "minivite": minivite.parse, "osu": microbench.parse_osu, "imb": microbench.parse_imb,
+    "minivite": minivite.parse, "amgproxy": amgproxy.parse, "osu": microbench.parse_osu,
+    "imb": microbench.parse_imb,
 }
-_WRITERS = {"amg2013": amg.write, "milc": milc.write, "umt": umt.write, "minivite": minivite.write}
+_WRITERS = {"amg2013": amg.write, "milc": milc.write, "umt": umt.write, "minivite": minivite.write,
+            "amgproxy": amgproxy.write}
 WRITABLE_APPS = tuple(_WRITERS)
 
 
@@ -72,7 +75,7 @@ def read(path: str | Path) -> AppOutput:
     app = detect_app("\n".join(line.text for line in lines))
     if app is None:
         raise ParseError(path, "unknown application output: expected AMG2013/AMG2023, MILC, UMT, miniVite, "
-                               "OSU or IMB stdout", 1)
+                               "hpcvar-amgproxy, OSU or IMB stdout", 1)
     return _PARSERS[app](path, lines, timestamped)
 
 
@@ -116,9 +119,9 @@ def write_timestamped(path: str | Path, app: str, steps: Sequence[tuple[float, f
     ``steps`` are contiguous ``(start_epoch, end_epoch)`` pairs (each app prints one line per
     step boundary, so step i+1 must start where step i ends; miniVite, relaunched per step,
     prints a start line per step and also takes steps with gaps); times are written to the
-    microsecond. ``version`` is for ``milc`` only (the others print none). ``extra`` goes to
-    the app's writer: ``reported_s`` (umt, minivite: the app's own per-step figure, default the
-    durations), ``n``/``gmres_iterations`` (amg2013), ``nx`` (milc), ``flux_iters``/``dtrad``/
+    microsecond. ``version`` is for ``milc`` and ``amgproxy`` only (the others print none). ``extra`` goes to
+    the app's writer: ``reported_s`` (umt, minivite, amgproxy: the app's own per-step figure,
+    default the durations), ``n``/``stencil``/``iterations`` (amgproxy), ``n``/``gmres_iterations`` (amg2013), ``nx`` (milc), ``flux_iters``/``dtrad``/
     ``goal_time``/``deck``/``groups``/``polar``/``azimuthal`` (umt: UMT 2.0 SuOlsonTest output),
     ``vertices`` (None: Table I's graph file)/``graph_s``/``modularity``/``louvain_iterations``
     (minivite: miniVite 1.0 output).
@@ -126,7 +129,7 @@ def write_timestamped(path: str | Path, app: str, steps: Sequence[tuple[float, f
     if app not in _WRITERS:
         raise ValueError(f"no writer for {app!r}; writable apps: {', '.join(WRITABLE_APPS)}")
     if version is not None:
-        if app != "milc":
+        if app not in ("milc", "amgproxy"):
             raise ValueError(f"{app} output carries no version string")
         extra["version"] = version
     out = TimedText()
