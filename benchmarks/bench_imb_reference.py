@@ -20,7 +20,8 @@ calls) are dominated by that difference.
     python benchmarks/bench_imb_reference.py                      # local system, 5 runs each, ~2 min
     python benchmarks/bench_imb_reference.py --system local-slurm --repeat 10
 
-Needs the source mirror for IMB (``HPCVAR_SOURCE_MIRROR``, default ../shared/sources).
+Needs a source mirror with IMB (``HPCVAR_SOURCE_MIRROR``; fill one with
+reframe_tests/apps/build/fetch.sh --mirror DIR where there is internet).
 """
 
 from __future__ import annotations
@@ -47,8 +48,10 @@ IMB_NAMES = {"bcast": "Bcast", "reduce": "Reduce", "alltoall": "Alltoall", "allr
 
 def run_suite(system: str, repeat: int, iterations: int, prefix: Path) -> list[dict]:
     report = prefix / "report.json"
-    env = {**os.environ, "HPCVAR_RFM_PREFIX": str(prefix),
-           "HPCVAR_SOURCE_MIRROR": os.environ.get("HPCVAR_SOURCE_MIRROR", str(REPO.parent / "shared" / "sources"))}
+    if not os.environ.get("HPCVAR_SOURCE_MIRROR"):
+        raise SystemExit("bench_imb_reference: IMB is built from the source mirror: set HPCVAR_SOURCE_MIRROR "
+                         "(fill one with reframe_tests/apps/build/fetch.sh --mirror DIR where there is internet)")
+    env = {**os.environ, "HPCVAR_RFM_PREFIX": str(prefix)}
     cmd = [str(Path(sys.executable).with_name("reframe")), "-C", "config/reframe/settings.py", "--system", system,
            "-c", "reframe_tests/microbenchmarks", "-c", "reframe_tests/reference", "-R",
            "-n", "^Collectives", "-n", "^IMBCollectives", "--repeat", str(repeat),

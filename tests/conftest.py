@@ -57,8 +57,37 @@ def _samples_dir() -> Path:
 
 
 SAMPLES = _samples_dir()
-#: The source mirror the application builds read (../shared/sources/SOURCES.md), never the network.
-SOURCE_MIRROR = Path(os.environ.get("HPCVAR_SOURCE_MIRROR") or REPO.parent / "shared" / "sources")
+#: Upstream data files tests may compare against (../shared/data/README.md); tests skip without them.
+SHARED_DATA = Path(os.environ.get("HPCVAR_SHARED_DATA") or REPO.parent / "shared" / "data")
+
+#: Why the tests that build Table I's codes (and mpiP, IMB) are skipped: they need the pinned
+#: upstream sources, which are not distributed with the project; a developer fills a mirror.
+NO_MIRROR = ("no source mirror: set HPCVAR_SOURCE_MIRROR (fill one with reframe_tests/apps/build/fetch.sh "
+             "--mirror DIR where there is internet)")
+
+
+#: For tests (or parameters) that need the source mirror: skipped, saying why, without one.
+NEEDS_MIRROR = pytest.mark.skipif(not os.environ.get("HPCVAR_SOURCE_MIRROR", "").strip(), reason=NO_MIRROR)
+
+
+def source_mirror() -> Path | None:
+    """The source mirror ``HPCVAR_SOURCE_MIRROR`` names, None when it names none. One that does
+    not exist is an error (the user asked for it), not a skip."""
+    value = os.environ.get("HPCVAR_SOURCE_MIRROR", "").strip()
+    if not value:
+        return None
+    if not Path(value).is_dir():
+        pytest.fail(f"HPCVAR_SOURCE_MIRROR={value}: no such directory (unset it to skip the tests that need "
+                    "a source mirror)", pytrace=False)
+    return Path(value)
+
+
+def needs_source_mirror() -> Path:
+    """The source mirror, or skip the calling test (fixture) with :data:`NO_MIRROR`."""
+    mirror = source_mirror()
+    if mirror is None:
+        pytest.skip(NO_MIRROR)
+    return mirror
 
 
 def with_required_run_columns(row: dict, start) -> dict:

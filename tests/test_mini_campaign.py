@@ -1,8 +1,9 @@
 """The real mini-campaign (config/campaign-mini.yaml) on the local Slurm cluster: one round of
-every application (toy-sized, from the source mirror, mpiP on) and the campaign microbenchmarks,
-with the suite's Aggressor as a job alongside, through `snakemake --profile profiles/local-slurm
---configfile ...`: imported, collated, analysed, reported. Runs after tests/test_real_apps.py
-built the applications into the session's build cache (it waits for that build otherwise)."""
+hpcvar's AMG proxy, of every Table I code when a source mirror is set (toy-sized, mpiP on), and of
+the campaign microbenchmarks, with the suite's Aggressor as a job alongside, through `snakemake
+--profile profiles/local-slurm --configfile ...`: imported, collated, analysed, reported. Runs
+after tests/test_real_apps.py built the applications into the session's build cache (it waits for
+that build otherwise)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import REPO, SOURCE_MIRROR, build_cache, snakemake
+from conftest import NEEDS_MIRROR, REPO, build_cache, snakemake, source_mirror
 from test_campaign import PROFILE, cluster  # noqa: F401  (the dev Slurm cluster fixture)
-from test_real_apps import APP_TESTS, LOOP_TIMER_ONLY, STAMP_JITTER_S, STEP_TOLERANCE
+from test_real_apps import APP_TESTS, LOOP_TIMER_ONLY, OWN_APPS, STAMP_JITTER_S, STEP_TOLERANCE
 
 pytestmark = pytest.mark.slow
 MICROBENCHMARKS = ("collectives", "overtime", "confidence")
@@ -29,23 +30,30 @@ def mini(tmp_path_factory, cluster):  # noqa: F811
     (wd / "reframe_tests").symlink_to(REPO / "reframe_tests")  # the project's suite: ReFrame runs here
     config = yaml.safe_load((REPO / "config" / "campaign-mini.yaml").read_text())
     config["results"] = "results"
-    config["campaign"]["environment"].update(HPCVAR_SOURCE_MIRROR=str(SOURCE_MIRROR),
-                                             HPCVAR_BUILD_CACHE=str(build_cache(tmp_path_factory)))
+    mirror = source_mirror()
+    # As a user with a mirror runs it: the mirror comes from the environment.
+    env = {**cluster, "HPCVAR_SOURCE_MIRROR": str(mirror or "")}
+    config["campaign"]["environment"].update(HPCVAR_BUILD_CACHE=str(build_cache(tmp_path_factory)))
     (wd / "mini.yaml").write_text(yaml.safe_dump(config))
-    out = snakemake("--profile", PROFILE, "--configfile", "mini.yaml", cwd=wd, env=cluster, timeout=2400)
+    out = snakemake("--profile", PROFILE, "--configfile", "mini.yaml", cwd=wd, env=env, timeout=2400)
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
     res = wd / "results"
     return res, {t: pd.read_parquet(res / "dataset" / t) for t in ("runs", "steps", "mpi_profile", "neighbourhood")}
 
 
+def round_apps() -> dict:
+    """The applications a round runs here: the proxy always, Table I's codes with a mirror."""
+    return {**(APP_TESTS if source_mirror() else {}), **OWN_APPS}
+
+
 def test_one_round_of_every_application_and_microbenchmark(mini):
     _, t = mini
     runs = t["runs"]
-    expected = sorted([f"{prefix}-1" for _, prefix in APP_TESTS.values()] + [f"{m}-1" for m in MICROBENCHMARKS])
+    expected = sorted([f"{prefix}-1" for _, prefix in round_apps().values()] + [f"{m}-1" for m in MICROBENCHMARKS])
     assert sorted(runs["dataset"]) == expected
     assert (runs["state"] == "COMPLETED").all()
     apps = runs[runs["num_steps"] > 0]
-    assert len(apps) == len(APP_TESTS)
+    assert len(apps) == len(round_apps())
     steps = t["steps"].merge(apps[["run_id", "dataset"]], on="run_id")
     assert steps.groupby("dataset").size().to_dict() == apps.set_index("dataset")["num_steps"].to_dict()
     # ... which are the steps each application's ReFrame test expects (and its sanity checked).
@@ -55,11 +63,12 @@ def test_one_round_of_every_application_and_microbenchmark(mini):
                       if c.get("expected_steps")}
     assert apps.set_index("dataset")["num_steps"].to_dict() == expected_steps
     timed = steps[steps["reported_s"].notna()]
-    assert set(timed["dataset"]) == {f"{APP_TESTS[t][1]}-1" for t in APP_TESTS if t not in LOOP_TIMER_ONLY}
+    assert set(timed["dataset"]) == {f"{prefix}-1" for t, (_, prefix) in round_apps().items() if t not in LOOP_TIMER_ONLY}
     diff = (timed["duration_s"] - timed["reported_s"]).abs()
     assert ((diff <= STEP_TOLERANCE * timed["reported_s"]) | (diff <= STAMP_JITTER_S)).all(), timed.to_string()
 
 
+@NEEDS_MIRROR  # mpiP is built from the mirror
 def test_every_application_run_has_its_mpip_profile(mini):
     _, t = mini
     apps = t["runs"][t["runs"]["num_steps"] > 0]

@@ -1,7 +1,9 @@
-"""Every application of the suite for real: built from the source mirror (``../shared/sources``,
-no network), run toy-sized (``HPCVAR_RFM_SIZE=toy``: 1 node, 2 ranks) through its own ReFrame
-test on the ``local`` system (mpirun), every run profiled with mpiP, then imported and collated
-as a campaign round would be. IMB (the reference of the collectives) runs in the same session.
+"""Every application of the suite for real, toy-sized (``HPCVAR_RFM_SIZE=toy``: 1 node, 2 ranks)
+through its own ReFrame test on the ``local`` system (mpirun), then imported and collated as a
+campaign round would be: hpcvar's AMG proxy always (hypre from the package registry), and, with a
+source mirror (``HPCVAR_SOURCE_MIRROR``; skipped without one, saying so), Table I's codes built
+from it, every run profiled with mpiP, and IMB (the reference of the collectives). ReFrame runs
+with ``HPCVAR_OFFLINE=1``: nothing is fetched from the network.
 
 The builds go into a build cache shared by the test session (``HPCVAR_BUILD_CACHE``), which the
 Slurm mini-campaign (tests/test_mini_campaign.py) reuses. What is checked against the programs'
@@ -12,8 +14,10 @@ total against the run time mpiP measured for the tasks.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -22,16 +26,21 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import REPO, SOURCE_MIRROR, build_cache
+from conftest import NEEDS_MIRROR, REPO, build_cache, source_mirror
 from hpcvar.dataset import Dataset
 from hpcvar.parsers import apps
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("real-apps")]
 
 SOURCES = yaml.safe_load((REPO / "reframe_tests" / "apps" / "sources.yaml").read_text())
-#: ReFrame test -> (sources.yaml entry, dataset prefix).
+PROXY_SOURCE = REPO / "reframe_tests" / "apps" / "amgproxy" / "src" / "amgproxy.c"
+PROXY_VERSION = re.search(r'#define VERSION "([^"]+)"', PROXY_SOURCE.read_text())[1]
+#: ReFrame test -> (sources.yaml entry, dataset prefix): Table I's codes, built from the mirror.
 APP_TESTS = {"AMG2013": ("amg2013", "amg"), "AMG2023": ("amg2023", "amg2023"), "MILC": ("milc", "milc"),
              "MiniVite": ("minivite", "minivite"), "UMT": ("umt", "umt")}
+#: The suite's own application (no upstream sources): -> (software name, dataset prefix).
+OWN_APPS = {"AMGProxy": ("amgproxy", "amgproxy")}
+ALL_APPS = {**APP_TESTS, **OWN_APPS}
 #: Per-step agreement of the stamped step times with the applications' own timers.
 STEP_TOLERANCE = 0.05
 #: ... or this much: ts stamps a line when mpirun (or srun) forwards it, a few ms late when both
@@ -42,9 +51,22 @@ STAMP_JITTER_S = 0.020
 LOOP_TIMER_ONLY = ("AMG2013", "MILC")
 
 
-def reframe_env(prefix: Path, cache: Path) -> dict[str, str]:
-    return {**os.environ, "HPCVAR_RFM_SIZE": "toy", "HPCVAR_SOURCE_MIRROR": str(SOURCE_MIRROR),
-            "HPCVAR_BUILD_CACHE": str(cache), "HPCVAR_RFM_PREFIX": str(prefix)}
+def app_params(tests) -> list:
+    """Test names as parameters; Table I's need the source mirror."""
+    return [pytest.param(t, marks=NEEDS_MIRROR) if t in APP_TESTS or t == "IMBCollectives" else t for t in tests]
+
+
+def software_version(test: str) -> tuple[str, str]:
+    if test in OWN_APPS:
+        return OWN_APPS[test][0], PROXY_VERSION
+    entry = APP_TESTS[test][0]
+    return entry, SOURCES[entry]["version"]
+
+
+def reframe_env(prefix: Path, cache: Path, mirror: Path | None) -> dict[str, str]:
+    return {**os.environ, "HPCVAR_RFM_SIZE": "toy", "HPCVAR_OFFLINE": "1",
+            "HPCVAR_SOURCE_MIRROR": str(mirror or ""), "HPCVAR_BUILD_CACHE": str(cache),
+            "HPCVAR_RFM_PREFIX": str(prefix)}
 
 
 def run_hpcvar(*args) -> subprocess.CompletedProcess:
@@ -56,14 +78,13 @@ def run_hpcvar(*args) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def local_round(tmp_path_factory):
     """One round of every application (and IMB) on `local`: ReFrame's report, raw dir, dataset."""
-    if not SOURCE_MIRROR.is_dir():
-        pytest.fail(f"source mirror not found at {SOURCE_MIRROR}; set HPCVAR_SOURCE_MIRROR")
+    mirror = source_mirror()
     work = tmp_path_factory.mktemp("real-local")
     report = work / "report.json"
     cmd = [str(Path(sys.executable).with_name("reframe")), "-C", "config/reframe/settings.py", "--system", "local",
            "-c", "reframe_tests/apps", "-c", "reframe_tests/reference", "-R", "-S", "mpip=1",
            "--report-file", str(report), "-r"]
-    out = subprocess.run(cmd, cwd=REPO, env=reframe_env(work / "rfm", build_cache(tmp_path_factory)),
+    out = subprocess.run(cmd, cwd=REPO, env=reframe_env(work / "rfm", build_cache(tmp_path_factory), mirror),
                          capture_output=True, text=True, timeout=2400)
     assert report.exists(), out.stdout[-5000:] + out.stderr[-3000:]
     run_hpcvar("import-reframe", str(report), "--raw", str(work / "raw"))
@@ -78,12 +99,13 @@ def case(local_round, test: str) -> dict:
     return found[0]
 
 
-@pytest.mark.parametrize("test", [*APP_TESTS, "IMBCollectives"])
-def test_every_code_builds_from_the_mirror_and_passes_its_sanity(local_round, test):
+@pytest.mark.parametrize("test", app_params([*ALL_APPS, "IMBCollectives"]))
+def test_every_code_builds_and_passes_its_sanity(local_round, test):
     c = case(local_round, test)
     assert c["result"] == "pass", f"{test}: {c.get('fail_phase')} failed: {c.get('fail_reason')}"
 
 
+@NEEDS_MIRROR
 def test_every_build_records_the_mirror_archive_and_the_upstream_commit(local_round):
     for test, (entry, _) in APP_TESTS.items():
         software = case(local_round, test)["software"]
@@ -92,15 +114,23 @@ def test_every_build_records_the_mirror_archive_and_the_upstream_commit(local_ro
                             f"mirror:{pin['mirror']} sha256:{pin['mirror_sha256']}"), test
 
 
+def test_the_proxy_records_its_source_and_the_hypre_it_was_built_with(local_round):
+    software = case(local_round, "AMGProxy")["software"]
+    digest = hashlib.sha256(PROXY_SOURCE.read_bytes()).hexdigest()
+    hypre = re.search(r'HYPRE_RELEASE_VERSION "([^"]+)"', Path("/usr/include/hypre/HYPRE_config.h").read_text())[1]
+    assert software == (f"amgproxy {PROXY_VERSION} hpcvar:reframe_tests/apps/amgproxy/src/amgproxy.c "
+                        f"sha256:{digest} hypre {hypre}")
+
+
 @pytest.fixture(scope="module")
 def tables(local_round):
     ds = local_round["dataset"]
     return {t: ds.read(t) for t in ("runs", "steps", "mpi_profile")}
 
 
-@pytest.mark.parametrize("test", list(APP_TESTS))
+@pytest.mark.parametrize("test", app_params(ALL_APPS))
 def test_one_dataset_per_application_with_the_steps_its_test_expects(local_round, tables, test):
-    entry, prefix = APP_TESTS[test]
+    _, prefix = ALL_APPS[test]
     c = case(local_round, test)
     runs = tables["runs"]
     mine = runs[runs["dataset"] == f"{prefix}-1"]
@@ -108,15 +138,16 @@ def test_one_dataset_per_application_with_the_steps_its_test_expects(local_round
     assert mine["num_steps"].iloc[0] == c["expected_steps"]
     assert mine["input"].iloc[0] == c["app_input"]  # the app's arguments, not the launch wrappers
     # One dataset per application and version: nothing else shares the name.
-    assert mine["software"].iloc[0].split()[:2] == [entry, SOURCES[entry]["version"]]
+    assert mine["software"].iloc[0].split()[:2] == list(software_version(test))
 
 
-@pytest.mark.parametrize("test", list(APP_TESTS))
+@pytest.mark.parametrize("test", app_params(ALL_APPS))
 def test_stored_step_times_match_the_applications_own_timers(local_round, tables, test):
     """Per step where the application times each step (AMG2023's solve, UMT's cycle, miniVite's
-    repetition); over the timed loop where it has one timer around all steps (AMG 1.1: the six
-    time steps; MILC 7.8.1: warm-ups and trajectories, no per-trajectory timer)."""
-    _, prefix = APP_TESTS[test]
+    repetition, the AMG proxy's time step); over the timed loop where it has one timer around all
+    steps (AMG 1.1: the six time steps; MILC 7.8.1: warm-ups and trajectories, no per-trajectory
+    timer)."""
+    _, prefix = ALL_APPS[test]
     runs, steps = tables["runs"], tables["steps"]
     run_id = runs.loc[runs["dataset"] == f"{prefix}-1", "run_id"].iloc[0]
     mine = steps[steps["run_id"] == run_id].sort_values("step")
@@ -141,9 +172,10 @@ def test_stored_step_times_match_the_applications_own_timers(local_round, tables
     assert list(own.steps["reported_s"]) == pytest.approx(list(mine["reported_s"]))
 
 
-@pytest.mark.parametrize("test", list(APP_TESTS))
+@NEEDS_MIRROR  # mpiP is built from the mirror too
+@pytest.mark.parametrize("test", list(ALL_APPS))
 def test_real_mpip_reports_reach_mpi_profile(local_round, tables, test):
-    _, prefix = APP_TESTS[test]
+    _, prefix = ALL_APPS[test]
     runs, prof = tables["runs"], tables["mpi_profile"]
     run = runs[runs["dataset"] == f"{prefix}-1"].iloc[0]
     mine = prof[prof["run_id"] == run["run_id"]]
@@ -155,6 +187,15 @@ def test_real_mpip_reports_reach_mpi_profile(local_round, tables, test):
     assert mine["mpi_time_s"].iloc[0] <= mine["app_time_s"].iloc[0]
 
 
+@pytest.mark.skipif(bool(os.environ.get("HPCVAR_SOURCE_MIRROR", "").strip()), reason="mpiP is built from the mirror")
+def test_without_a_mirror_the_proxy_runs_unprofiled_and_says_so(local_round, tables):
+    runs, prof = tables["runs"], tables["mpi_profile"]
+    assert set(runs["dataset"]) == {"amgproxy-1"}
+    assert prof.empty
+    assert "AMGProxy %num_nodes=1: not profiled (-S mpip=1.0): mpip: no source mirror" in local_round["log"]
+
+
+@NEEDS_MIRROR
 def test_imb_measures_what_collectives_measures(local_round):
     c = case(local_round, "IMBCollectives")
     table = apps.read(Path(c["stagedir"]) / "rfm_job.out").table

@@ -20,7 +20,7 @@ sys.path.insert(0, str(REPO / "reframe_tests"))
 
 
 def reframe(*args, prefix: Path, env: dict | None = None, timeout=600) -> subprocess.CompletedProcess:
-    e = {k: v for k, v in os.environ.items() if not k.startswith("HPCVAR_RFM_")}
+    e = {k: v for k, v in os.environ.items() if not k.startswith("HPCVAR_RFM_") and k != "HPCVAR_OFFLINE"}
     e.update({"HPCVAR_RFM_PREFIX": str(prefix), **(env or {})})
     return subprocess.run([REFRAME, "-C", CONFIG, *args], cwd=REPO, capture_output=True, text=True, env=e,
                           timeout=timeout)
@@ -52,6 +52,8 @@ def test_application_tests_list_on_the_slurm_template(tmp_path):
     expected = {("AMG2013", "128"), ("AMG2013", "512"), ("AMG2023", "128"), ("AMG2023", "512"),
                 ("MILC", "128"), ("MILC", "512"), ("MiniVite", "128"), ("UMT", "128")}
     expected |= {(f"{t}Container", n) for t, n in expected}
+    # hpcvar's own AMG proxy: no container recipe (it builds anywhere from the package registry).
+    expected |= {("AMGProxy", "128"), ("AMGProxy", "512")}
     assert set(listed) == expected
     # Bare-metal tests carry the fetch -> build fixture chain, per programming environment.
     assert "^build_amg2013 ~generic-slurm:compute+gnu-openmpi" in out.stdout
@@ -71,7 +73,7 @@ def test_toy_size_runs_every_application_here_on_one_node_and_two_ranks(tmp_path
     out = reframe("-c", "reframe_tests/apps", "-R", "--system", "local", "-l", prefix=tmp_path / "l", env=env)
     assert out.returncode == 0, out.stdout
     assert set(re.findall(r"^- (\w+) %num_nodes=(\d+)", out.stdout, re.MULTILINE)) == {
-        (t, "1") for t in ("AMG2013", "AMG2023", "MILC", "MiniVite", "UMT")}
+        (t, "1") for t in ("AMG2013", "AMG2023", "MILC", "MiniVite", "UMT", "AMGProxy")}
     assert "^build_mpip ~local:default+gnu-openmpi" in out.stdout
     out = reframe("-c", "reframe_tests/apps", "-R", "--system", "local", "-S", "mpip=1", "--dry-run",
                   prefix=tmp_path / "d", env=env)
@@ -84,6 +86,54 @@ def test_toy_size_runs_every_application_here_on_one_node_and_two_ranks(tmp_path
                         r"\S+/install/bin/amg -P 2 1 1 -n \d+ \d+ \d+ -problem 2 -printstats", launch[0]), launch[0]
     umt = _one_local(scripts, "UMT")
     assert "custom_2.cmg 4 2 4 4 4 0.04" in umt
+    proxy = _one_local(scripts, "AMGProxy")
+    launch = [line for line in proxy.splitlines() if line.startswith("mpirun ")]
+    assert re.fullmatch(r"mpirun -np 2 env LD_PRELOAD=\S+/install/lib/libmpiP\.so stdbuf -oL -eL "
+                        r"\S+/install/bin/hpcvar-amgproxy -P 2 1 1 -n 32 32 32 -stencil 27 -steps 6 -tol 1e-08",
+                        launch[0]), launch
+    assert "exec 3>&1 > >(ts '%.s' | tee app.out)" in proxy
+
+
+def test_offline_without_a_mirror_keeps_what_needs_no_upstream_sources(tmp_path):
+    """HPCVAR_OFFLINE=1 and no source mirror (CI): the tests of Table I's codes and IMB are skipped
+    when loaded, saying why; the AMG proxy (hypre from the package registry) and the
+    microbenchmarks stay, and -S mpip=1 leaves the proxy unprofiled with a warning."""
+    env = {"HPCVAR_RFM_SIZE": "toy", "HPCVAR_OFFLINE": "1", "HPCVAR_SOURCE_MIRROR": ""}
+    out = reframe("-c", "reframe_tests/apps", "-c", "reframe_tests/reference", "-c", "reframe_tests/microbenchmarks",
+                  "-R", "--system", "local", "-l", "-v", prefix=tmp_path / "l", env=env)
+    assert out.returncode == 0, out.stdout
+    assert set(re.findall(r"^- (\w+) %num_nodes=", out.stdout, re.MULTILINE)) == {
+        "AMGProxy", "Collectives", "Overtime", "Confidence", "Aggressor"}
+    for test, app in (("AMG2013", "amg2013"), ("AMG2023", "amg2023"), ("MILC", "milc"), ("MiniVite", "minivite"),
+                      ("UMT", "umt"), ("IMBCollectives", "imb")):
+        assert re.search(rf"skipping test '{test}': {app}: no source mirror: set HPCVAR_SOURCE_MIRROR", out.stdout), test
+    assert "fetch_" not in out.stdout and "build_mpip" not in out.stdout
+    out = reframe("-c", "reframe_tests/apps", "-R", "--system", "local", "-S", "mpip=1", "--dry-run",
+                  prefix=tmp_path / "d", env=env)
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert "AMGProxy %num_nodes=1: not profiled (-S mpip=1.0): mpip: no source mirror" in out.stdout
+    launch = [line for line in _one_local(job_scripts(tmp_path / "d"), "AMGProxy").splitlines()
+              if line.startswith("mpirun ")]
+    assert launch == [launch[0]] and "LD_PRELOAD" not in launch[0] and "hpcvar-amgproxy" in launch[0]
+
+
+def test_offline_with_a_mirror_missing_an_archive_skips_only_that_code(tmp_path):
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    import yaml
+
+    pins = yaml.safe_load((REPO / "reframe_tests" / "apps" / "sources.yaml").read_text())
+    for name in ("amg2013", "milc", "mpip"):  # empty stand-ins: only their presence is checked when listing
+        (mirror / pins[name]["mirror"]).touch()
+    env = {"HPCVAR_RFM_SIZE": "toy", "HPCVAR_OFFLINE": "1", "HPCVAR_SOURCE_MIRROR": str(mirror)}
+    out = reframe("-c", "reframe_tests/apps", "-R", "--system", "local", "-l", "-v", prefix=tmp_path / "l", env=env)
+    assert out.returncode == 0, out.stdout
+    assert set(re.findall(r"^- (\w+) %num_nodes=", out.stdout, re.MULTILINE)) == {"AMG2013", "MILC", "AMGProxy"}
+    assert f"amg2023: amg2023-6b1514a.tar.gz, hypre-2.32.0.tar.gz not in the source mirror {mirror}" in out.stdout
+    assert "^build_mpip ~local:default+gnu-openmpi" in out.stdout
+    out = reframe("-c", "reframe_tests/apps", "-R", "--system", "local", "-l", prefix=tmp_path / "x",
+                  env={**env, "HPCVAR_SOURCE_MIRROR": str(tmp_path / "nowhere")})
+    assert f"HPCVAR_SOURCE_MIRROR={tmp_path / 'nowhere'}: no such directory" in out.stdout + out.stderr
 
 
 def _one_local(scripts: dict[str, str], test: str) -> str:

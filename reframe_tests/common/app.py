@@ -10,11 +10,16 @@ import reframe.utility.sanity as sn
 import reframe.utility.typecheck as typ
 from reframe.core.builtins import fixture, performance_function, run_after, run_before, sanity_function, variable
 
+from reframe.core.logging import getlogger
+
 from common.mixins import TOY, CampaignRun, CounterSampler, TimestampedOutput
-from common.sources import build_mpip
+from common.sources import PinnedSources, build_mpip, source_unavailable
+
+#: Why runs cannot be profiled with mpiP here (HPCVAR_OFFLINE=1 without mpiP in the mirror), or None.
+MPIP_UNAVAILABLE = source_unavailable("mpip")
 
 
-class AppRun(rfm.RunOnlyRegressionTest, CampaignRun, TimestampedOutput, CounterSampler):
+class AppRun(rfm.RunOnlyRegressionTest, CampaignRun, TimestampedOutput, CounterSampler, PinnedSources):
     #: Dataset prefix (``amg``, ``milc``, ...); the dataset is ``<app_name>-<num_nodes>``.
     app_name = variable(str)
     #: Apptainer image (.sif) to run in; empty: the bare-metal build of the fixture.
@@ -25,7 +30,9 @@ class AppRun(rfm.RunOnlyRegressionTest, CampaignRun, TimestampedOutput, CounterS
     #: is kept in the run directory and collated into ``mpi_profile``): 0 never, 1 always, as
     #: the simulator's ``mpip_fraction``. Bare-metal runs only.
     mpip = variable(float, value=0.0)
-    mpip_build = fixture(build_mpip, scope="environment")
+    if MPIP_UNAVAILABLE is None:
+        # A fixture whose fetch cannot succeed would skip every application test, profiled or not.
+        mpip_build = fixture(build_mpip, scope="environment")
     valid_prog_environs = ["+mpi"]
     exclusive_access = True
     time_limit = "30m"
@@ -71,7 +78,9 @@ class AppRun(rfm.RunOnlyRegressionTest, CampaignRun, TimestampedOutput, CounterS
             self.env_vars.setdefault("GFORTRAN_UNBUFFERED_PRECONNECTED", "y")
             if not 0.0 <= self.mpip <= 1.0:
                 raise ValueError(f"mpip={self.mpip}: expected a fraction of runs in [0, 1]")
-            if random.random() < self.mpip:
+            if self.mpip > 0 and MPIP_UNAVAILABLE is not None:
+                getlogger().warning(f"{self.display_name}: not profiled (-S mpip={self.mpip}): {MPIP_UNAVAILABLE}")
+            elif random.random() < self.mpip:
                 # Preloaded into the ranks only (stdbuf adds its own library in front); the
                 # report goes to the working directory of the ranks: the stage directory.
                 self.executable = "env"

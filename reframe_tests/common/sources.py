@@ -11,15 +11,67 @@ that builds the same sources with the same environment (several rounds of a camp
 The tools the application tests use (mpiP) have their fixtures here too.
 """
 
+import functools
 import hashlib
 import os
 from pathlib import Path
 
 import reframe as rfm
 import reframe.utility.sanity as sn
-from reframe.core.builtins import fixture, run_before, sanity_function, variable
+import yaml
+from reframe.core.builtins import fixture, run_after, run_before, sanity_function, variable
 
 BUILD_DIR = Path(__file__).resolve().parents[1] / "apps" / "build"
+SOURCES_YAML = BUILD_DIR.parent / "sources.yaml"
+
+#: ``HPCVAR_OFFLINE=1``: no network, sources come from the source mirror only (fetch.sh refuses
+#: upstream fetches). Tests whose sources are not in the mirror are skipped when they are loaded,
+#: saying why, instead of failing in their fetch fixture; runs are not profiled when mpiP is not
+#: there. For machines without internet (this project's CI, air-gapped sites).
+OFFLINE = os.environ.get("HPCVAR_OFFLINE", "0").strip() not in ("", "0")
+NO_MIRROR = ("no source mirror: set HPCVAR_SOURCE_MIRROR (fill one with reframe_tests/apps/build/fetch.sh "
+             "--mirror DIR where there is internet)")
+
+
+@functools.cache
+def _pins() -> dict:
+    return yaml.safe_load(SOURCES_YAML.read_text())
+
+
+def source_unavailable(app: str, mirror: str | None = None) -> str | None:
+    """Why the pinned sources of ``app`` (and of its dependencies) cannot be fetched here, or None.
+
+    Only under :data:`OFFLINE`: the archives must then be in the source mirror (``mirror``, by
+    default ``HPCVAR_SOURCE_MIRROR``). A mirror that is named but does not exist is an error.
+    """
+    if not OFFLINE:
+        return None
+    mirror = os.environ.get("HPCVAR_SOURCE_MIRROR", "") if mirror is None else mirror
+    if not mirror:
+        return f"{app}: {NO_MIRROR}"
+    if not Path(mirror).is_dir():
+        raise ValueError(f"HPCVAR_SOURCE_MIRROR={mirror}: no such directory")
+    entry = _pins()[app]
+    archives = [entry["mirror"], *(dep["mirror"] for dep in (entry.get("deps") or {}).values())]
+    missing = [a for a in archives if not (Path(mirror) / a).is_file()]
+    if missing:
+        return f"{app}: {', '.join(missing)} not in the source mirror {mirror} (HPCVAR_OFFLINE=1: no upstream fetch)"
+    return None
+
+
+class PinnedSources(rfm.RegressionTestPlugin):
+    """For tests whose ``build`` fixture builds pinned sources (:class:`BuildFromSources`):
+    under ``HPCVAR_OFFLINE=1`` without those sources in the mirror the test is skipped when it
+    is loaded, saying why (``reframe -v`` shows the reason), instead of failing in its fetch
+    fixture. Container runs (``image``) and builds of the suite's own code need no sources."""
+
+    @run_after("init")
+    def _skip_without_sources(self):
+        if getattr(self, "image", ""):
+            return
+        app = getattr(type(self)._rfm_fixture_space["build"].cls, "app", None)
+        reason = source_unavailable(app) if app else None
+        self.skip_if(reason is not None, reason)
 
 
 class FetchSources(rfm.RunOnlyRegressionTest):
@@ -40,7 +92,7 @@ class FetchSources(rfm.RunOnlyRegressionTest):
     def _command(self):
         self.executable_opts = ["fetch.sh", self.app, "src"]
         # The stage directory holds a copy of build/; the pins stay in the repository.
-        self.env_vars["HPCVAR_SOURCES"] = str(BUILD_DIR.parent / "sources.yaml")
+        self.env_vars["HPCVAR_SOURCES"] = str(SOURCES_YAML)
         if self.source_mirror:
             self.env_vars["HPCVAR_SOURCE_MIRROR"] = str(Path(self.source_mirror).resolve())
 

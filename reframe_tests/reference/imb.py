@@ -20,7 +20,7 @@ _SUITE = str(Path(__file__).resolve().parents[1])
 if _SUITE not in sys.path:  # append: ReFrame pops the entry it appended by position
     sys.path.append(_SUITE)
 from common.mixins import node_counts  # noqa: E402
-from common.sources import BuildFromSources, FetchSources  # noqa: E402
+from common.sources import BuildFromSources, FetchSources, PinnedSources  # noqa: E402
 
 #: The suite's collective names -> IMB's benchmark names.
 IMB_NAMES = {"bcast": "Bcast", "reduce": "Reduce", "alltoall": "Alltoall", "allreduce": "Allreduce"}
@@ -37,7 +37,7 @@ class build_imb(BuildFromSources):
 
 
 @rfm.simple_test
-class IMBCollectives(rfm.RunOnlyRegressionTest):
+class IMBCollectives(rfm.RunOnlyRegressionTest, PinnedSources):
     descr = "IMB-MPI1 Bcast/Reduce/Alltoall/Allreduce: the independent reference of Collectives"
     valid_systems = ["+mpi"]
     valid_prog_environs = ["+mpi"]
