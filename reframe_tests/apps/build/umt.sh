@@ -117,43 +117,36 @@ rt/UpdateMaterialCoupling.o: mods/radconstant_mod.o mods/Material_mod.o mods/con
 rt/initcomm.o: mods/Size_mod.o
 EOF
 
-# make.defs for GCC + the MPI wrappers, in the variables UMT's makefiles use (the structure of
-# upstream's make.defs.Intel_x86_64; compilers and flags come from the make command line).
+# make.defs: the variables UMT's makefiles read from it (they include it), set for GCC and the
+# MPI wrappers; compilers and flags come from the make command line (UMT_* below).
 cat > "$BUILD_DIR/make.defs" <<'EOF'
-# make.defs for GCC/gfortran and MPI compiler wrappers (written by hpcvar's umt.sh; the
-# UMT_* variables are given on the make command line).
-CWD             = $(shell pwd)
-USE_FAKE_CMG    = off
-OPT             = on
-DEBUG           = off
-STATIC_LINK     = off
-CFLAGS_CMG      =
+# Written by hpcvar's umt.sh for GCC/gfortran and MPI compiler wrappers; the UMT_* variables are
+# given on the make command line.
+CWD          = $(shell pwd)
+USE_FAKE_CMG = off
+STATIC_LINK  = off
+CFLAGS_CMG   =
+OPENMP_FLAGS = -fopenmp
+FLIBS        = $(UMT_FLIBS) -lm
+INCPATH      =
 
-OPENMP_FLAGS    = -fopenmp
-FLIBS           = $(UMT_FLIBS) -lm
+CC   = $(UMT_MPICC)
+CXX  = $(UMT_MPICXX)
+F90  = $(UMT_MPIF90)
+LD   = $(UMT_MPICXX)
+LINK = $(UMT_MPICXX)
 
+# MPI everywhere; the C++ bindings of the MPI headers are not wanted.
 CPPFLAGS  += -DLINUX -DLinux -DUSE_MPI -DMPICH_SKIP_MPICXX -DOMPI_SKIP_MPICXX
 CPPFFLAGS  = -DLINUX -DLinux -Dmpi -DMPI -DUSE_MPI $(OPENMP_FLAGS)
 
-MPI_INC_PATH    =
-MPI_LIB_PATH    =
-MPI_LIBS        =
-LIBPATH         =
-INCPATH         = $(MPI_INC_PATH)
-
-CXX             = $(UMT_MPICXX)
-CC              = $(UMT_MPICC)
-F90             = $(UMT_MPIF90)
-
-F90FLAGS_OPT    = -g $(UMT_OPT) -fPIC -cpp $(UMT_FFLAGS_EXTRA) $(OPENMP_FLAGS)
-CXXFLAGS_OPT    = -g $(UMT_OPT) -w -fPIC $(OPENMP_FLAGS)
-CFLAGS_OPT      = -g $(UMT_OPT) -w -fPIC $(OPENMP_FLAGS)
-
-LD              = $(CXX)
-LIB_EXT         = so
-LDFLAGS         = -shared -fPIC
-LINK            = $(CXX)
-LINKFLAGS       = $(CXXFLAGS)
+# Shared libraries, position-independent code, optimised with debug symbols.
+CFLAGS    = -g $(UMT_OPT) -w -fPIC $(OPENMP_FLAGS)
+CXXFLAGS  = -g $(UMT_OPT) -w -fPIC $(OPENMP_FLAGS)
+F90FLAGS  = -g $(UMT_OPT) -fPIC -cpp $(UMT_FFLAGS_EXTRA) $(CPPFFLAGS)
+LIB_EXT   = so
+LDFLAGS   = -shared -fPIC
+LINKFLAGS = $(CXXFLAGS)
 
 PLATFORM_LIBPATH_EXTRAS =
 PLATFORM_Infrastructure_EXTRAS = $(OPENMP_FLAGS) $(FLIBS)
@@ -162,25 +155,14 @@ PLATFORM_TetonUtils_EXTRAS =
 PLATFORM_EXE_EXTRAS = $(OPENMP_FLAGS) -L../CMG_CLEAN/src -L../cmg2Kull/sources -L../Teton \
 	-Wl,-rpath,'$$ORIGIN/../lib' -ldl
 
-# The Teton .F90 files are preprocessed by the Fortran compiler itself (-cpp), not by fpp.
+# Compile rules the makefiles rely on: Fortran preprocessed by the compiler itself (-cpp),
+# C++ objects, and the C++ dependency files they include.
 %.o: %.F90
-	$(F90) $(F90FLAGS) -c $< -o $@
-
-CXXFLAGS = $(CFLAGS_CMG) $(INCPATH)
-CFLAGS = $(CFLAGS_CMG) $(INCPATH)
-F90FLAGS = $(INCPATH)
-ifeq ($(OPT),on)
-  CXXFLAGS += $(CXXFLAGS_OPT)
-  CFLAGS += $(CFLAGS_OPT)
-  F90FLAGS += $(F90FLAGS_OPT)
-endif
-F90FLAGS += $(CPPFFLAGS)
-
-%.o : %.cc
-	$(CXX) -c $(CXXFLAGS) $(CPPFLAGS) $< -o $@
-
+	$(F90) $(F90FLAGS) -c -o $@ $<
+%.o: %.cc
+	$(CXX) $(CXXFLAGS) $(CPPFLAGS) -c -o $@ $<
 %.d: %.cc
-	$(CXX) -c $(CFLAGS_CMG) $(CPPFLAGS) $(INCPATH) $< -MM -MF $@
+	$(CXX) $(CPPFLAGS) -MM -MF $@ $<
 EOF
 
 # ------------------------------------------------------------------ build

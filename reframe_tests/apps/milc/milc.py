@@ -26,33 +26,29 @@ from hpcvar.grids import factor  # noqa: E402
 from common.mixins import REPO, node_counts, sized  # noqa: E402
 from common.sources import BuildFromSources, FetchSources  # noqa: E402
 
-DECK = """prompt 0
-nflavors1 4
-nflavors2 4
-nx {nx}
-ny {ny}
-nz {nz}
-nt {nt}
-iseed {seed}
+#: su3_rmd's input, in the order its reader asks for the values (setup.c of ks_imp_dyn): the
+#: lattice and seed first, then the run. Values not set by the test: two flavour sets of 4
+#: staggered flavours of mass 0.1 at gauge coupling beta 7.0 (a quenched-like, heavy-quark
+#: setting that thermalises in a few trajectories and keeps every CG solve short), tadpole factor
+#: u0 0.8441, 4 molecular-dynamics steps of 0.02 per trajectory, CG to 5e-6 (updates) and 2e-6
+#: (measurements) per site with at most 300 iterations and 5 restarts, one stochastic
+#: psi-bar-psi estimate per measurement, a fresh (unit) start and no saved lattice.
+SU3_RMD_LATTICE = ("prompt", "nflavors1", "nflavors2", "nx", "ny", "nz", "nt", "iseed")
+SU3_RMD_RUN = (("warms", None), ("trajecs", None), ("traj_between_meas", "1"), ("beta", "7.00"),
+               ("mass1", "0.1"), ("mass2", "0.1"), ("u0", "  0.8441"), ("microcanonical_time_step", "0.02"),
+               ("steps_per_trajectory", "4"), ("max_cg_iterations", "300"), ("max_cg_restarts", "5"),
+               ("error_per_site", ".000005"), ("error_for_propagator", ".000002"), ("npbp_reps", "1"),
+               ("prec_pbp", "1"))
 
-warms {warms}
-trajecs {trajecs}
-traj_between_meas 1
-beta 7.00
-mass1 0.1
-mass2 0.1
-u0   0.8441
-microcanonical_time_step 0.02
-steps_per_trajectory 4
-max_cg_iterations 300
-max_cg_restarts 5
-error_per_site .000005
-error_for_propagator .000002
-npbp_reps 1
-prec_pbp 1
-fresh
-forget
-"""
+
+def su3_rmd_deck(nx: int, ny: int, nz: int, nt: int, seed: int, warms: int, trajecs: int) -> str:
+    """The deck for a ``nx`` x ``ny`` x ``nz`` x ``nt`` lattice: ``warms`` unmeasured and
+    ``trajecs`` measured trajectories, fresh start, final lattice forgotten."""
+    lattice = dict(zip(SU3_RMD_LATTICE, (0, 4, 4, nx, ny, nz, nt, seed)))
+    run = {key: value if value is not None else {"warms": warms, "trajecs": trajecs}[key] for key, value in SU3_RMD_RUN}
+    lines = [f"{key} {value}" for key, value in lattice.items()]
+    lines += ["", *(f"{key} {value}" for key, value in run.items()), "fresh", "forget"]
+    return "\n".join(lines) + "\n"
 
 
 class fetch_milc(FetchSources):
@@ -82,8 +78,7 @@ class MILCBase(AppRun):
         grid = factor(self.num_nodes * self.tasks_per_node, 4)
         nx, ny, nz, nt = (self.sites_per_rank * g for g in grid)
         Path(self.stagedir, "su3_rmd.in").write_text(
-            DECK.format(nx=nx, ny=ny, nz=nz, nt=nt, seed=self.seed, warms=self.warmups,
-                        trajecs=self.trajectories))
+            su3_rmd_deck(nx, ny, nz, nt, seed=self.seed, warms=self.warmups, trajecs=self.trajectories))
 
     @run_after("init")
     def _steps(self):
