@@ -150,3 +150,20 @@ def test_writer_gives_back_its_steps_and_prints_what_the_program_prints(tmp_path
     real = [_shape(text) for _, text in stamped(TOY)]
     written = [_shape(text) for _, text in stamped(path)]
     assert written == real
+
+
+def test_a_run_profiled_with_mpip_is_read_after_mpips_greeting_and_mpip_covers_its_steps() -> None:
+    """mpiP, preloaded, prints its greeting before the program's banner. Its AppTime (MPI_Init to
+    MPI_Finalize, per task) covers the program's own step times."""
+    from hpcvar.parsers import mpip
+
+    path = CAPTURED / "amgproxy-1.0_np2_n32_27pt_mpip_reframe.out"
+    assert stamped(path)[0][1].startswith("mpiP: ")
+    out = apps.read(path)
+    assert out.app == "amgproxy" and len(out.steps) == 6 and out.total_s == pytest.approx(out.steps["reported_s"].sum(),
+                                                                                         abs=6e-6)
+    report = mpip.read(CAPTURED / "hpcvar-amgproxy.2.3959.1.mpiP")
+    assert report.ntasks == out.nranks == 2
+    # AppTime is printed to 3 significant digits (17.7 and 17.6 s): the steps lie within it.
+    assert out.total_s <= report.app_time_s / report.ntasks * 1.01
+    assert out.total_s >= 0.9 * report.app_time_s / report.ntasks

@@ -140,10 +140,11 @@ LINK = $(UMT_MPICXX)
 CPPFLAGS  += -DLINUX -DLinux -DUSE_MPI -DMPICH_SKIP_MPICXX -DOMPI_SKIP_MPICXX
 CPPFFLAGS  = -DLINUX -DLinux -Dmpi -DMPI -DUSE_MPI $(OPENMP_FLAGS)
 
-# Shared libraries, position-independent code, optimised with debug symbols.
-CFLAGS    = -g $(UMT_OPT) -w -fPIC $(OPENMP_FLAGS)
-CXXFLAGS  = -g $(UMT_OPT) -w -fPIC $(OPENMP_FLAGS)
-F90FLAGS  = -g $(UMT_OPT) -fPIC -cpp $(UMT_FFLAGS_EXTRA) $(CPPFFLAGS)
+# Shared libraries, position-independent code, optimised with debug symbols; INCPATH is what
+# each makefile adds after including this file (so these stay recursively expanded).
+CFLAGS    = -g $(UMT_OPT) -w -fPIC $(OPENMP_FLAGS) $(INCPATH)
+CXXFLAGS  = -g $(UMT_OPT) -w -fPIC $(OPENMP_FLAGS) $(INCPATH)
+F90FLAGS  = -g $(UMT_OPT) -fPIC -cpp $(UMT_FFLAGS_EXTRA) $(CPPFFLAGS) $(INCPATH)
 LIB_EXT   = so
 LDFLAGS   = -shared -fPIC
 LINKFLAGS = $(CXXFLAGS)
@@ -162,7 +163,7 @@ PLATFORM_EXE_EXTRAS = $(OPENMP_FLAGS) -L../CMG_CLEAN/src -L../cmg2Kull/sources -
 %.o: %.cc
 	$(CXX) $(CXXFLAGS) $(CPPFLAGS) -c -o $@ $<
 %.d: %.cc
-	$(CXX) $(CPPFLAGS) -MM -MF $@ $<
+	$(CXX) $(CPPFLAGS) $(INCPATH) -MM -MF $@ $<
 EOF
 
 # ------------------------------------------------------------------ build

@@ -51,9 +51,12 @@ _STEP_FIELDS = ("assembly_s", "setup_s", "solve_s", "reported_s", "iterations", 
 
 
 def parse(path: str | Path, lines: Sequence[Line], timestamped: bool) -> AppOutput:
-    banner = BANNER.fullmatch(lines[0].text) if lines else None
-    if banner is None:
-        raise ParseError(path, f"expected the banner '{PROGRAM} <version> (hypre <version>)'", 1)
+    # Lines before the banner are not the program's (a preloaded mpiP's greeting, MPI warnings).
+    first = next((i for i, line in enumerate(lines) if BANNER.fullmatch(line.text)), None)
+    if first is None:
+        raise ParseError(path, f"no banner '{PROGRAM} <version> (hypre <version>)': not hpcvar-amgproxy output", 1)
+    banner = BANNER.fullmatch(lines[first].text)
+    lines = lines[first:]
     checks: dict = {"hypre": banner[2]}
     nranks = None
     clock = StepClock(path)
