@@ -224,20 +224,25 @@ def test_schedule_line_is_installed_once_beside_the_users_entries(tmp_path):
     (bindir / "crontab").write_text(FAKE_CRONTAB)
     (bindir / "crontab").chmod(0o755)
     env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "TABLE": str(tmp_path / "table")}
-    first = _hpcvar("campaign", "schedule", "--every", "week", "--install", "crontab", env=env)
+    mini = ("--configfile", "config/campaign-mini.yaml")
+    first = _hpcvar("campaign", "schedule", "--every", "week", "--install", "crontab", *mini, env=env)
     assert first.returncode == 0, first.stderr
     line = first.stdout.splitlines()[0]
-    assert line.startswith("0 2 * * 1 cd ") and "hpcvar campaign request && " in line and "--profile slurm" in line
+    # The campaign's own configuration and results directory, never the main job's.
+    assert line.startswith("0 2 * * 1 cd ") and "hpcvar campaign request --results results/mini && " in line
+    assert "--profile slurm --configfile config/campaign-mini.yaml >> results/mini/logs/scheduled-rounds.log" in line
     assert (tmp_path / "table").read_text() == line + "\n" and "installed in your crontab" in first.stdout
     (tmp_path / "table").write_text("# mine\n30 1 * * * /usr/bin/backup\n" + line + "\n")
-    again = _hpcvar("campaign", "schedule", "--every", "week", "--install", "crontab", env=env)
+    again = _hpcvar("campaign", "schedule", "--every", "week", "--install", "crontab", *mini, env=env)
     assert again.returncode == 0 and "already in your crontab" in again.stdout
     assert (tmp_path / "table").read_text() == "# mine\n30 1 * * * /usr/bin/backup\n" + line + "\n"
     # Every day instead: the weekly entry is replaced, not doubled.
-    daily = _hpcvar("campaign", "schedule", "--install", "crontab", env=env)
+    daily = _hpcvar("campaign", "schedule", "--install", "crontab", *mini, env=env)
     assert daily.returncode == 0 and "installed in your crontab" in daily.stdout
     assert (tmp_path / "table").read_text().splitlines() == ["# mine", "30 1 * * * /usr/bin/backup",
                                                             daily.stdout.splitlines()[0]]
     assert daily.stdout.startswith("0 2 * * * cd ")
-    missing = _hpcvar("campaign", "schedule", "--install", "scrontab", env={**env, "PATH": str(bindir)})
+    missing = _hpcvar("campaign", "schedule", "--install", "scrontab", *mini, env={**env, "PATH": str(bindir)})
     assert missing.returncode == 2 and "scrontab not found" in missing.stderr
+    nofile = _hpcvar("campaign", "schedule", "--configfile", "campaign.yaml", env=env)
+    assert nofile.returncode == 2 and "campaign.yaml: no such file" in nofile.stderr

@@ -431,3 +431,116 @@ def test_slurm_runs_need_their_sacct(local_run, tmp_path):
     assert len(result.new_runs) == 2
     (bad,) = result.quarantined
     assert bad["file"].endswith(f"{imported[0]}/sacct.txt") and "sacct output of its window" in bad["error"]
+
+
+# --- a raw directory belongs to one system ------------------------------------------------------
+
+def _snapshot(directory: Path) -> dict[str, str]:
+    import hashlib
+
+    return {str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def simulated_raw(tmp_path_factory) -> Path:
+    """A small simulated campaign's raw directory (system dragonfly-sim, 8-column topology)."""
+    from hpcvar.simulate import simulate
+
+    raw = tmp_path_factory.mktemp("sim") / "raw"
+    simulate("demo", seed=0, out=raw, overrides={"days": 1}, progress=False)
+    return raw
+
+
+def test_import_refuses_the_raw_directory_of_another_system_and_writes_nothing(local_run, simulated_raw):
+    """What following README in one checkout once did: a real round imported into the simulated
+    campaign's raw directory, runs added beside the simulated ones and a 3-column row appended to
+    its 8-column topology."""
+    from hpcvar.campaign.reframe_import import RefusedRawDir, import_reports
+
+    prefix, out = local_run
+    assert out.returncode == 0, out.stdout[-4000:]
+    reports = sorted((prefix / "reports").glob("*.json"))
+    before = _snapshot(simulated_raw)
+    with pytest.raises(RefusedRawDir) as info:
+        import_reports(reports, simulated_raw)
+    message = str(info.value)
+    assert f"{simulated_raw} is the raw directory of system 'dragonfly-sim'" in message
+    assert "these runs are of system 'local'" in message
+    assert _snapshot(simulated_raw) == before
+    # The command says so and exits 2.
+    cli = subprocess.run([sys.executable, "-m", "hpcvar", "import-reframe", *map(str, reports), "--raw",
+                          str(simulated_raw)], capture_output=True, text=True)
+    assert cli.returncode == 2 and "system 'dragonfly-sim'" in cli.stderr and "'local'" in cli.stderr
+    assert _snapshot(simulated_raw) == before
+
+
+def test_import_never_appends_to_a_topology_it_did_not_write(local_run, simulated_raw, tmp_path):
+    """Same system, but a site's 8-column topology: new nodes cannot be added in its columns."""
+    import shutil
+
+    import yaml
+
+    from hpcvar.campaign.reframe_import import RefusedRawDir, import_reports
+
+    prefix, _ = local_run
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    shutil.copy(simulated_raw / "topology.csv", raw / "topology.csv")
+    (raw / "system.yaml").write_text(yaml.safe_dump({"system": "local", "timezone": "UTC",
+                                                     "topology": "topology.csv"}))
+    before = _snapshot(raw)
+    with pytest.raises(RefusedRawDir, match="topology with columns 'node,router,group,island,role,row,col,cname'"):
+        import_reports(sorted((prefix / "reports").glob("*.json")), raw)
+    assert _snapshot(raw) == before
+
+
+def test_collation_refuses_runs_of_two_systems_and_a_dataset_of_another(local_run, simulated_raw, tmp_path):
+    import shutil
+
+    from hpcvar.anonymise import Pseudonymiser
+    from hpcvar.campaign.reframe_import import import_reports
+    from hpcvar.collate import RefusedCollation, collate
+    from hpcvar.dataset import Dataset
+
+    prefix, _ = local_run
+    raw = tmp_path / "raw"
+    assert len(import_reports(sorted((prefix / "reports").glob("*.json")), raw).imported) == 3
+    # A simulated run copied in beside the real ones: two systems in one raw directory.
+    mixed = tmp_path / "mixed"
+    shutil.copytree(raw, mixed)
+    stray = next((simulated_raw / "runs").iterdir())
+    shutil.copytree(stray, mixed / "runs" / stray.name)
+    with pytest.raises(RefusedCollation) as info:
+        collate(mixed, tmp_path / "d1", Pseudonymiser(b"salt"))
+    assert "system 'local' but holds runs of another system: 1 of system 'dragonfly-sim'" in str(info.value)
+    assert f"runs/{stray.name}" in str(info.value)
+    assert not (tmp_path / "d1").exists()
+    cli = subprocess.run([sys.executable, "-m", "hpcvar", "collate", str(mixed), "--out", str(tmp_path / "d1")],
+                         capture_output=True, text=True)
+    assert cli.returncode == 2 and "dragonfly-sim" in cli.stderr and not (tmp_path / "d1").exists()
+    # The simulated campaign's dataset does not take the local runs.
+    sim_ds = tmp_path / "sim-dataset"
+    collate(simulated_raw, sim_ds, Pseudonymiser(b"salt"))
+    before = _snapshot(sim_ds)
+    with pytest.raises(RefusedCollation, match="the dataset holds runs of system 'dragonfly-sim'"):
+        collate(raw, sim_ds, Pseudonymiser(b"salt"))
+    assert _snapshot(sim_ds) == before and Dataset(sim_ds).systems() == {"dragonfly-sim"}
+    # ... nor after --rebuild's emptying, which the check comes before when the raw dir is mixed.
+    cli = subprocess.run([sys.executable, "-m", "hpcvar", "collate", str(mixed), "--out", str(sim_ds), "--rebuild"],
+                         capture_output=True, text=True)
+    assert cli.returncode == 2 and _snapshot(sim_ds) == before
+
+
+def test_the_simulator_never_replaces_a_real_campaigns_raw_directory(local_run, tmp_path):
+    from hpcvar.campaign.reframe_import import import_reports
+
+    prefix, _ = local_run
+    raw = tmp_path / "raw"
+    import_reports(sorted((prefix / "reports").glob("*.json")), raw)
+    before = _snapshot(raw)
+    cli = subprocess.run([sys.executable, "-m", "hpcvar", "simulate", "--preset", "demo", "--set", "days=1",
+                          "--out", str(raw)], capture_output=True, text=True)
+    assert cli.returncode == 2
+    assert f"{raw} is the raw directory of system 'local', not a simulated 'dragonfly-sim' campaign" in cli.stderr
+    assert _snapshot(raw) == before

@@ -118,3 +118,56 @@ def test_snakemake_report(main_job):
         assert f'"{category}"' in html, category
     for dataset in ("amg-128", "milc-512", "umt-128"):
         assert f'"{dataset}"' in html
+
+
+LOCAL_CAMPAIGN = """source: campaign
+{results}campaign:
+  rounds: 1
+  system: local
+  checks: [reframe_tests/microbenchmarks]
+  tests: [Collectives]
+  options: ["-S", "Collectives.iterations=50"]
+"""
+
+
+def _snapshot(directory) -> dict[str, str]:
+    import hashlib
+
+    return {str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def test_readme_order_in_one_checkout_keeps_each_campaigns_raw_files_apart(main_job):
+    """README's order in one workflow directory: the main job, then a real campaign (the
+    mini-campaign's shape: source campaign, no raw_dir; on the `local` system, so no cluster is
+    needed), then the main job again. The simulated raw directory stays byte for byte what the
+    simulator wrote, both datasets collate; a campaign left on the main job's `results` is refused
+    at import, naming both systems, and changes nothing."""
+    from conftest import REPO
+
+    wd = main_job.workdir
+    assert main_job.result.returncode == 0
+    raw = wd / "results" / "raw"
+    before, dataset_before = _snapshot(raw), _snapshot(wd / "results" / "dataset")
+    if not (wd / "reframe_tests").exists():
+        (wd / "reframe_tests").symlink_to(REPO / "reframe_tests")  # ReFrame runs in the workflow directory
+    (wd / "local-campaign.yaml").write_text(LOCAL_CAMPAIGN.format(results="results: results/local-campaign\n"))
+    out = snakemake("--cores", "2", "--configfile", "local-campaign.yaml", cwd=wd, timeout=1200)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    campaign = wd / "results" / "local-campaign"
+    assert [p.name for p in (campaign / "raw" / "runs").iterdir()] and (campaign / "raw" / "system.yaml").exists()
+    assert set(pd.read_parquet(campaign / "dataset" / "runs")["dataset"]) == {"collectives-1"}
+    assert _snapshot(raw) == before
+    # The same campaign left on the main job's results: its import is refused.
+    (wd / "shared-campaign.yaml").write_text(LOCAL_CAMPAIGN.format(results=""))
+    out = snakemake("--cores", "2", "--configfile", "shared-campaign.yaml", cwd=wd, timeout=1200)
+    assert out.returncode != 0
+    log = (wd / "results" / "logs" / "import-001.log").read_text()
+    assert f"results/raw is the raw directory of system 'dragonfly-sim', these runs are of system 'local'" in log
+    assert _snapshot(raw) == before and _snapshot(wd / "results" / "dataset") == dataset_before
+    # The main job again: nothing of it changed, nothing to redo.
+    again = snakemake("--cores", "2", cwd=wd, timeout=1200)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert _snapshot(raw) == before
+    runs = pd.read_parquet(wd / "results" / "dataset" / "runs")
+    assert set(runs["system"]) == {"dragonfly-sim"} and "collectives-16" in set(runs["dataset"])

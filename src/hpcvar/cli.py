@@ -19,9 +19,13 @@ def _kv(items: list[str]) -> dict:
 
 
 def cmd_simulate(a) -> int:
-    from hpcvar.simulate import simulate
+    from hpcvar.simulate import RefusedOutput, simulate
 
-    truth = simulate(a.preset, seed=a.seed, out=a.out, overrides=_kv(a.set))
+    try:
+        truth = simulate(a.preset, seed=a.seed, out=a.out, overrides=_kv(a.set))
+    except RefusedOutput as exc:
+        print(f"hpcvar simulate: {exc}", file=sys.stderr)
+        return 2
     runs = sum(d["runs"] for d in truth["datasets"].values())
     mb = truth.get("microbenchmarks")
     extra = f" and {len(mb['runs'])} runs of the {mb['dataset']} microbenchmark" if mb else ""
@@ -31,7 +35,7 @@ def cmd_simulate(a) -> int:
 
 def cmd_collate(a) -> int:
     from hpcvar.anonymise import Pseudonymiser, load_salt
-    from hpcvar.collate import collate
+    from hpcvar.collate import check_systems, collate
     from hpcvar.parsers.errors import ParseError
     from hpcvar.summary import format_summary
 
@@ -41,6 +45,7 @@ def cmd_collate(a) -> int:
 
     pseudo = Pseudonymiser(load_salt(a.salt_file) if a.anonymise else None, enabled=a.anonymise)
     try:
+        check_systems(a.raw, a.out, rebuild=a.rebuild)  # before --rebuild empties anything
         if a.rebuild:
             Dataset(a.out).clear()
         result = collate(a.raw, a.out, pseudo)
@@ -256,7 +261,11 @@ def cmd_campaign(a) -> int:
     if a.action == "request":
         print(f"round {rounds.request(a.results, a.id)} requested: run the workflow to run it")
         return 0
-    line = rounds.schedule_line(Path.cwd(), a.profile, a.every)
+    if not (Path.cwd() / a.configfile).is_file():
+        print(f"hpcvar campaign schedule: {a.configfile}: no such file in {Path.cwd()} (the campaign's "
+              "configuration, relative to the project directory)", file=sys.stderr)
+        return 2
+    line = rounds.schedule_line(Path.cwd(), a.profile, a.every, a.configfile, a.results)
     print(line)
     if a.install:
         try:
@@ -503,13 +512,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="extra ReFrame argument of the job alongside (repeatable)")
     s.set_defaults(func=cmd_campaign)
     s = camp.add_parser("request", help="ask for one more round; the next workflow invocation runs it")
-    s.add_argument("--results", default="results")
+    s.add_argument("--results", default="results",
+                   help="the campaign's results directory, its configuration's `results:` (default results)")
     s.add_argument("--id", help="round id (default: the current UTC time)")
     s.set_defaults(func=cmd_campaign)
     s = camp.add_parser("schedule", help="print (or install) an scrontab/crontab line that runs a round every day "
                                          "or week")
     s.add_argument("--every", choices=["day", "week"], default="day")
     s.add_argument("--profile", default="slurm")
+    s.add_argument("--configfile", required=True,
+                   help="the campaign's workflow configuration (source: campaign), relative to the project directory")
+    s.add_argument("--results", help="its results directory (default: the file's `results:`)")
     s.add_argument("--install", choices=["scrontab", "crontab"],
                    help="also add the line to your scrontab (Slurm) or crontab, keeping the other entries")
     s.set_defaults(func=cmd_campaign)

@@ -14,6 +14,7 @@ tables, and appending a round never rewrites earlier parts.
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +30,7 @@ from hpcvar.parsers import apps, ldms, microbenchmarks, mpip, node_counters, ref
 from hpcvar.parsers import counters as counter_files
 from hpcvar.parsers.errors import ParseError, TruncatedOutput
 from hpcvar.progress import Progress
-from hpcvar.rawlayout import MANIFEST, SystemInfo, is_complete, read_manifest
+from hpcvar.rawlayout import MANIFEST, SYSTEM_FILE, SystemInfo, is_complete, read_manifest
 from hpcvar.topology import Topology
 
 
@@ -466,8 +467,43 @@ def perflog_provenance(raw: Path, result: CollateResult) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
+class RefusedCollation(ParseError):
+    """The raw directory holds runs of more than one system, or the dataset is another system's:
+    nothing was collated."""
+
+
+def check_systems(raw: str | Path, out: str | Path, rebuild: bool = False) -> None:
+    """Refuse, before anything is written, a raw directory whose runs' manifests name another
+    system than its system.yaml, and (unless the dataset is to be rebuilt) a dataset holding runs
+    of another system."""
+    raw = Path(raw)
+    system = SystemInfo(raw)
+    others: dict[str, list[str]] = defaultdict(list)
+    for run_dir in sorted((raw / "runs").iterdir()) if (raw / "runs").is_dir() else []:
+        if not is_complete(run_dir):
+            continue
+        try:
+            named = json.loads((run_dir / MANIFEST).read_text()).get("system")
+        except (json.JSONDecodeError, OSError):
+            continue  # a broken manifest is the run's own problem: it is quarantined in collate
+        if named is not None and str(named) != system.name:
+            others[str(named)].append(run_dir.name)
+    if others:
+        found = "; ".join(f"{len(runs)} of system {name!r} (e.g. runs/{runs[0]})" for name, runs in sorted(others.items()))
+        raise RefusedCollation(raw / SYSTEM_FILE, f"{raw} is the raw directory of system {system.name!r} but holds "
+                                                  f"runs of another system: {found}. Nothing collated: each "
+                                                  "system's runs belong in a raw directory of their own")
+    if rebuild:
+        return
+    theirs = Dataset(out).systems() - {system.name}
+    if theirs:
+        raise RefusedCollation(Path(out), f"the dataset holds runs of system {', '.join(map(repr, sorted(theirs)))}; "
+                                          f"{raw} is system {system.name!r}: collate it into a dataset of its own")
+
+
 def collate(raw: str | Path, out: str | Path, pseudonymise: Pseudonymiser) -> CollateResult:
     raw, ds = Path(raw), Dataset(out)
+    check_systems(raw, out)
     system = SystemInfo(raw)
     topo = Topology.from_file(system.topology)
     if system.io_routers:

@@ -52,10 +52,17 @@ class Dataset:
         return pa.concat_tables([pq.read_table(p, schema=spec.arrow_schema) for p in parts]).to_pandas()
 
     def run_ids(self) -> set[str]:
-        parts = self.parts("runs")
+        return set(self._column("runs", "run_id"))
+
+    def systems(self) -> set[str]:
+        """The systems the dataset's runs were measured on."""
+        return set(self._column("runs", "system"))
+
+    def _column(self, table: str, column: str) -> list:
+        parts = self.parts(table)
         if not parts:
-            return set()
-        return set(pa.concat_tables([pq.read_table(p, columns=["run_id"]) for p in parts])["run_id"].to_pylist())
+            return []
+        return pa.concat_tables([pq.read_table(p, columns=[column]) for p in parts])[column].to_pylist()
 
     def quarantine(self) -> list[dict]:
         q = self.path / "quarantine.jsonl"

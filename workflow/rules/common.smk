@@ -11,9 +11,15 @@ from snakemake.utils import validate
 validate(config, "../schemas/config.schema.yaml")
 
 RESULTS = config["results"]
-# Raw campaign files: written by the simulator (source: simulate), by a real campaign elsewhere
-# (source: raw), or imported round by round from this workflow's ReFrame runs (source: campaign).
-RAW_DIR = f"{RESULTS}/raw" if config["source"] == "simulate" else config["raw_dir"]
+# Raw campaign files: written by the simulator (source: simulate) or imported round by round from
+# this workflow's ReFrame runs (source: campaign), under the results unless raw_dir names another
+# place; or a real campaign's directory elsewhere (source: raw, raw_dir required). Every
+# configuration with results of its own has a raw directory of its own.
+if config["source"] == "raw" and not config["raw_dir"]:
+    raise ValueError("source: raw reads a real campaign's raw directory: set raw_dir (docs/raw-layout.md)")
+if config["source"] == "simulate" and config["raw_dir"]:
+    raise ValueError("source: simulate writes its raw files to <results>/raw: raw_dir is for source raw or campaign")
+RAW_DIR = config["raw_dir"] or f"{RESULTS}/raw"
 # The dataset grows round by round (collate appends new runs); the rules that read it wait for
 # collate's record of what it added, DATASET/collated.json.
 DATASET = f"{RESULTS}/dataset"
@@ -110,4 +116,6 @@ def collate_input(wildcards):
     """What collate waits for: the simulator's raw directory, or every round's import."""
     if config["source"] == "campaign":
         return {"rounds": expand(f"{RESULTS}/rounds/{{round}}/imported.json", round=ROUNDS)}
+    if config["source"] == "simulate":
+        return {"truth": TRUTH}  # written last by the simulator
     return {"raw": RAW_DIR}

@@ -1,10 +1,14 @@
 if config["source"] == "simulate":
 
+    # The output is the simulator's truth file, not the directory: Snakemake deletes a job's
+    # outputs before running it, and the simulator itself decides whether the directory may be
+    # replaced (only a simulated campaign's raw directory is; another system's is refused).
     rule simulate:
         output:
-            raw=directory(f"{RESULTS}/raw"),
+            truth=TRUTH,
         params:
             hpcvar=HPCVAR,
+            raw=lambda wildcards, output: os.path.dirname(output.truth),
             preset=config["simulate"]["preset"],
             seed=config["simulate"]["seed"],
             overrides=" ".join(f"--set {k}={v}" for k, v in config["simulate"]["overrides"].items()),
@@ -14,4 +18,4 @@ if config["source"] == "simulate":
             "../envs/hpcvar.yaml"
         shell:
             "{params.hpcvar} simulate --preset {params.preset} --seed {params.seed} {params.overrides}"
-            " --out {output.raw} > {log} 2>&1"
+            " --out {params.raw} > {log} 2>&1"

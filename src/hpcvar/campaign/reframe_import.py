@@ -238,9 +238,46 @@ def _local_timezone() -> str:
     return "UTC"
 
 
+#: The header of the flat topology this module writes when there is no site map.
+FLAT_TOPOLOGY_HEADER = "node,router,group"
+
+
+class RefusedRawDir(ParseError):
+    """The raw directory belongs to another system, or holds a topology this import cannot extend:
+    nothing was written."""
+
+
+def check_raw_dir(raw: Path, systems: set[str], topology: Path | None) -> None:
+    """Refuse, before anything is written, to import runs of ``systems`` into ``raw`` when its
+    system.yaml names another system (or several systems come at once), or when new nodes would
+    have to be appended to a topology file this module did not write."""
+    if len(systems) > 1:
+        raise RefusedRawDir(raw, f"the reports hold runs of several systems ({', '.join(sorted(systems))}): "
+                                 "import each system into a raw directory of its own")
+    if not (raw / SYSTEM_FILE).exists():
+        return
+    doc = read_system(raw) or {}
+    theirs = str(doc.get("system"))
+    ours = next(iter(systems), theirs)
+    if theirs != ours:
+        raise RefusedRawDir(raw / SYSTEM_FILE,
+                            f"{raw} is the raw directory of system {theirs!r}, these runs are of system {ours!r}: "
+                            "nothing imported; import them into a raw directory of their own (in the workflow: "
+                            "give the campaign its own `results:` or `raw_dir:`)")
+    if topology is None and doc.get("topology"):
+        path = raw / doc["topology"]
+        if path.exists():
+            header = path.read_text().split("\n", 1)[0].strip()
+            if header != FLAT_TOPOLOGY_HEADER:
+                raise RefusedRawDir(path, f"topology with columns {header!r}, not the {FLAT_TOPOLOGY_HEADER!r} this "
+                                          "import writes: nodes cannot be added to it (pass the site's map with "
+                                          "--topology, or import into a raw directory of its own)", 1)
+
+
 def _ensure_system(raw: Path, system: str, nodes: set[str], topology: Path | None) -> None:
-    """system.yaml and a topology for the raw directory. Without a site map (``--topology``),
-    nodes are recorded flat: each its own router, all in one group (no network structure known)."""
+    """system.yaml and a topology for the raw directory (:func:`check_raw_dir` has accepted it).
+    Without a site map (``--topology``), nodes are recorded flat: each its own router, all in one
+    group (no network structure known)."""
     raw.mkdir(parents=True, exist_ok=True)
     if not (raw / SYSTEM_FILE).exists():
         topo_name = topology.name if topology else "topology.csv"
@@ -257,25 +294,30 @@ def _ensure_system(raw: Path, system: str, nodes: set[str], topology: Path | Non
         known = {line.split(",", 1)[0] for line in path.read_text().splitlines()[1:] if line.strip()}
     new = sorted(nodes - known)
     if new:
-        text = path.read_text() if path.exists() else "node,router,group\n"
-        path.write_text(text + "".join(f"{n},{n},flat\n" for n in new))
+        text = path.read_text() if path.exists() else FLAT_TOPOLOGY_HEADER + "\n"
+        atomic_write_text(path, text + "".join(f"{n},{n},flat\n" for n in new))
 
 
 def import_reports(reports: list[str | Path], raw: str | Path, topology: str | Path | None = None,
                    sacct: str = "sacct", ldms_store: str | Path | None = None,
                    ldms_margin: float = 60.0) -> ImportResult:
     raw, result = Path(raw), ImportResult()
+    loaded = []
     for report in map(Path, reports):
         try:
             doc = json.loads(report.read_text())
             session, runs = doc["session_info"], doc["runs"]
         except (json.JSONDecodeError, KeyError) as exc:
             raise ParseError(report, f"not a ReFrame JSON run report ({exc})") from exc
-        cases = [c for run in runs[-1:] for c in run["testcases"]]  # the last run: after --max-retries
+        loaded.append((report, session, [c for run in runs[-1:] for c in run["testcases"]]))  # after --max-retries
+    # Every report is read and the raw directory checked before anything is written.
+    check_raw_dir(raw, {c["system"] for _, _, cases in loaded for c in cases if _importable(c)},
+                  Path(topology) if topology else None)
+    for report, session, cases in loaded:
         bar = Progress(f"import-reframe: {report.name}", len(cases))
         for case in cases:
             bar.step()
-            if case.get("fixture") or not case.get("dataset") or not case.get("jobid"):
+            if not _importable(case):
                 result.ignored.append(case.get("display_name", "?"))
                 continue
             _ensure_system(raw, case["system"], set(case.get("job_nodelist") or []),
@@ -289,3 +331,8 @@ def import_reports(reports: list[str | Path], raw: str | Path, topology: str | P
                 continue
             (result.imported if run_id else result.skipped).append(run_id or run_id_of(case, session["uuid"]))
     return result
+
+
+def _importable(case: dict) -> bool:
+    """A campaign run: not a fixture, with a dataset and a job."""
+    return not case.get("fixture") and bool(case.get("dataset")) and bool(case.get("jobid"))

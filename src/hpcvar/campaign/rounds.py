@@ -156,13 +156,25 @@ def request(results: str | Path, round_id: str | None = None) -> str:
     return round_id
 
 
-def schedule_line(repo: Path, profile: str, every: str, hour: int = 2) -> str:
-    """An scrontab/crontab line that requests and runs a round every day or week (Slurm's
-    ``scrontab -e`` runs it as a batch job; cron on a login node works the same)."""
+def results_of(configfile: str | Path) -> str:
+    """The ``results:`` of a workflow configuration file (the schema's default ``results``)."""
+    import yaml
+
+    doc = yaml.safe_load(Path(configfile).read_text()) or {}
+    return str(doc.get("results") or "results")
+
+
+def schedule_line(repo: Path, profile: str, every: str, configfile: str, results: str | None = None,
+                  hour: int = 2) -> str:
+    """An scrontab/crontab line that requests and runs a round of the campaign ``configfile``
+    every day or week (Slurm's ``scrontab -e`` runs it as a batch job; cron on a login node works
+    the same). The request, the workflow and the log use that campaign's results directory."""
     when = {"day": f"0 {hour} * * *", "week": f"0 {hour} * * 1"}[every]
     bindir = Path(sys.executable).parent
-    return (f"{when} cd {repo} && {bindir}/hpcvar campaign request && {bindir}/snakemake --profile {profile} "
-            f">> {repo}/results/logs/scheduled-rounds.log 2>&1")
+    results = results or results_of(repo / configfile)
+    return (f"{when} cd {repo} && {bindir}/hpcvar campaign request --results {results} && "
+            f"{bindir}/snakemake --profile {profile} --configfile {configfile} "
+            f">> {results}/logs/scheduled-rounds.log 2>&1")
 
 
 def install_schedule(line: str, tool: str = "scrontab") -> bool:

@@ -35,7 +35,7 @@ from hpcvar.defaults import FORECAST_GRID
 from hpcvar.parsers import apps, ldms, mpip, reframe, sacct
 from hpcvar.parsers import counters as counter_files
 from hpcvar.progress import Progress
-from hpcvar.rawlayout import write_manifest, write_system
+from hpcvar.rawlayout import SYSTEM_FILE, read_system, write_manifest, write_system
 from hpcvar.simulate import model
 from hpcvar.simulate.microbench import MicrobenchmarkRuns
 from hpcvar.simulate.presets import DatasetSpec, Preset, get_preset
@@ -68,6 +68,24 @@ def nid_hostlist(nids: np.ndarray) -> str:
     for run in np.split(nids, breaks):
         parts.append(f"{run[0]:05d}" if len(run) == 1 else f"{run[0]:05d}-{run[-1]:05d}")
     return f"nid[{','.join(parts)}]"
+
+
+class RefusedOutput(ValueError):
+    """``out`` holds something other than a simulated campaign: the simulator never replaces it."""
+
+
+def check_replaceable(out: Path, system: str) -> None:
+    """A simulated campaign replaces ``out`` only when it is absent, empty, or an earlier simulated
+    campaign of ``system`` (its system.yaml says so): never a real campaign's raw files."""
+    if not out.exists() or (out.is_dir() and not any(out.iterdir())):
+        return
+    if not (out / SYSTEM_FILE).is_file():
+        raise RefusedOutput(f"{out} exists and is not a raw campaign directory (no {SYSTEM_FILE}): not replaced; "
+                            "simulate into an empty or new directory")
+    theirs = str((read_system(out) or {}).get("system"))
+    if theirs != system:
+        raise RefusedOutput(f"{out} is the raw directory of system {theirs!r}, not a simulated {system!r} "
+                            "campaign: not replaced (give this configuration its own `results:`)")
 
 
 class _Campaign:
@@ -115,6 +133,7 @@ class _Campaign:
     # --- writing --------------------------------------------------------------------------
     def run(self, progress: bool = True) -> dict:
         out, p = self.out, self.p
+        check_replaceable(out, p.system)
         if out.exists():
             shutil.rmtree(out)
         (out / "runs").mkdir(parents=True)
