@@ -32,6 +32,7 @@ if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
 RESOURCE_GROUPS = {
     "main_job": "main-job",  # one workflow directory: the main job runs once, its tests read and add to it
     "cluster": "slurm",      # the dev Slurm cluster (`hpcvar dev slurm`): one state directory, one slurmctld
+    "testbed": "slurm",      # ... the same state directory and ports, as the multi-node cluster
 }
 
 

@@ -178,7 +178,8 @@ def test_dry_run_scripts_have_the_node_and_task_counts_and_launch_lines(dry_run,
     assert re.search(rf"^srun stdbuf -oL -eL \S+/install/bin/\w+ {re.escape(args)}$", launch[0], re.MULTILINE)
     # Output timestamped live, one counter sampler per node alongside the step.
     assert "exec 3>&1 > >(ts '%.s' | tee app.out)" in script
-    assert re.search(r"^srun --overlap --ntasks-per-node=1 --nodes=\$SLURM_JOB_NUM_NODES \S*hpcvar sample ", script,
+    assert re.search(r"^srun --overlap --job-name=hpcvar-sampler --nodes=\$SLURM_JOB_NUM_NODES "
+                     r"--ntasks=\$SLURM_JOB_NUM_NODES --ntasks-per-node=1 \S*hpcvar sample ", script,
                      re.MULTILINE)
     if test == "MiniVite":
         # The paper's outer loop: the one launch line ReFrame emits, six times in one allocation.

@@ -9,6 +9,9 @@ Systems (pick one with ``--system``; the first whose ``hostnames`` match is the 
   Features: ``mpi``, ``slurm``, ``remote``, ``apptainer``.
 * ``local-slurm``: the single-node Slurm cluster that ``hpcvar dev slurm up`` starts on this
   machine (partition ``HPCVAR_RFM_LOCAL_PARTITION``, default ``debug``).
+* ``testbed``: the multi-node cluster of ``hpcvar dev slurm up --nodes N --groups G`` (nodes in
+  network namespaces, a dragonfly of shaped links): srun with PMIx, Open MPI over TCP on the data
+  network. Feature ``testbed``.
 * ``local``: this machine, no scheduler, ``mpirun`` (OpenMPI; oversubscribed, root allowed).
   Feature ``local``: the microbenchmarks run here for real; the applications (feature ``remote``)
   do not.
@@ -44,6 +47,34 @@ OPENMPI_LOCAL = [
     ["PRTE_MCA_rmaps_default_mapping_policy", ":oversubscribe"],
 ]
 
+# The testbed's networks (src/hpcvar/dev/testbed.py): data 10.77.<group>.0/24, management 10.78.0.0/24.
+TESTBED_MPI = [
+    ["OMPI_MCA_pml", "ob1"],
+    ["OMPI_MCA_btl", "tcp,self"],
+    ["OMPI_MCA_btl_tcp_if_include", "10.77.0.0/16"],
+    ["OMPI_MCA_oob_tcp_if_include", "10.78.0.0/24"],
+    ["OMPI_MCA_hwloc_base_binding_policy", "none"],
+    # Every node shares this host's two cores: waiting ranks yield them instead of spinning.
+    ["OMPI_MCA_mpi_yield_when_idle", "1"],
+]
+
+def _dev_cluster_partition(features: list[str], max_jobs: int, mpi_env: list) -> dict:
+    """The partition of `hpcvar dev slurm up`'s clusters (single node or testbed)."""
+    return {
+        "name": "debug",
+        "scheduler": "slurm",
+        "launcher": "srun",
+        "sched_options": {"use_nodes_option": True},
+        "access": [f"--partition={_env('HPCVAR_RFM_LOCAL_PARTITION', 'debug')}"],
+        "environs": ["gnu-openmpi"],
+        "features": features,
+        "max_jobs": max_jobs,
+        "processor": {"num_cpus": os.cpu_count()},
+        "env_vars": [*OPENMPI_LOCAL, *mpi_env, ["SLURM_MPI_TYPE", "pmix"]],
+        "time_limit": "10m",
+    }
+
+
 site_configuration = {
     "systems": [
         {
@@ -75,22 +106,18 @@ site_configuration = {
             "hostnames": [_env("HPCVAR_RFM_LOCAL_SLURM_HOSTNAMES", r"^$(?!)")],
             "modules_system": "nomod",
             "prefix": PREFIX,
-            "partitions": [
-                {
-                    "name": "debug",
-                    "scheduler": "slurm",
-                    "launcher": "srun",
-                    "sched_options": {"use_nodes_option": True},
-                    "access": [f"--partition={_env('HPCVAR_RFM_LOCAL_PARTITION', 'debug')}"],
-                    "environs": ["gnu-openmpi"],
-                    "features": ["mpi", "slurm", "local"],
-                    "max_jobs": 2,
-                    "processor": {"num_cpus": os.cpu_count()},
-                    # Debian's OpenMPI wires up through Slurm's PMIx plugin.
-                    "env_vars": [*OPENMPI_LOCAL, ["SLURM_MPI_TYPE", "pmix"]],
-                    "time_limit": "10m",
-                }
-            ],
+            # Debian's OpenMPI wires up through Slurm's PMIx plugin.
+            "partitions": [_dev_cluster_partition(["mpi", "slurm", "local"], 2, [])],
+        },
+        {
+            "name": "testbed",
+            "descr": "The multi-node cluster of `hpcvar dev slurm up --nodes N --groups G` (docs/testbed.md)",
+            "hostnames": [_env("HPCVAR_RFM_TESTBED_HOSTNAMES", r"^$(?!)")],
+            "modules_system": "nomod",
+            "prefix": PREFIX,
+            # Open MPI over TCP on the data network (the shaped dragonfly), its out-of-band
+            # traffic and PMIx on the management network.
+            "partitions": [_dev_cluster_partition(["mpi", "slurm", "local", "testbed"], 4, TESTBED_MPI)],
         },
         {
             "name": "local",

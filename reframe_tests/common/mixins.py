@@ -109,8 +109,13 @@ class TimestampedOutput(rfm.RegressionTestPlugin):
         self.keep_files += [self.timed_output]
 
 
+#: The job step name of the node samplers.
+SAMPLER_STEP = "hpcvar-sampler"
+
+
 class CounterSampler(rfm.RegressionTestPlugin):
-    sample_counters = variable(bool, value=True)
+    #: typ.Bool, not bool: -S sample_counters=false must turn it off (ReFrame converts bool("false") to True)
+    sample_counters = variable(typ.Bool, value=True)
     #: Seconds between samples (the sampler's overhead is measured in benchmarks/bench_sampler.py).
     sample_interval = variable(float, value=1.0)
     sample_sources = variable(str, value="net,infiniband,cxi")
@@ -122,9 +127,21 @@ class CounterSampler(rfm.RegressionTestPlugin):
             return
         cmd = (f"{self.hpcvar} sample --out 'node-counters-{{hostname}}.csv' "
                f"--interval {self.sample_interval} --sources {self.sample_sources}")
+        stop = "kill -TERM $HPCVAR_SAMPLER_PID 2>/dev/null"
         if self.current_partition.scheduler.registered_name == "slurm":
-            # One sampler per node, sharing the allocation with the job step.
-            cmd = f"srun --overlap --ntasks-per-node=1 --nodes=$SLURM_JOB_NUM_NODES {cmd}"
-        self.prerun_cmds += [f"{cmd} &", "HPCVAR_SAMPLER_PID=$!"]
+            # One sampler per node, sharing the allocation with the job step: --ntasks too, or srun
+            # takes the job's task count and starts several samplers per node on the same file.
+            cmd = (f"srun --overlap --job-name={SAMPLER_STEP} --nodes=$SLURM_JOB_NUM_NODES "
+                   f"--ntasks=$SLURM_JOB_NUM_NODES --ntasks-per-node=1 {cmd}")
+            # srun kills its tasks when it gets SIGTERM itself: the samplers get it from Slurm, so
+            # they take a last sample and write their end line.
+            stop = (f"scancel --signal=TERM $(squeue -h -s -j $SLURM_JOB_ID -o '%i %j' | "
+                    f"awk '$2 == \"{SAMPLER_STEP}\" {{print $1}}') 2>/dev/null")
+        nodes = "$SLURM_JOB_NUM_NODES" if self.current_partition.scheduler.registered_name == "slurm" else "1"
+        # The job starts once every sampler has written its first sample (at most 30 s, and not
+        # once the samplers are gone), so the samples cover the first step too.
+        wait = (f"for i in $(seq 150); do [ $(ls node-counters-*.csv 2>/dev/null | wc -l) -ge {nodes} ] && break; "
+                "kill -0 $HPCVAR_SAMPLER_PID 2>/dev/null || break; sleep 0.2; done")
+        self.prerun_cmds += [f"{cmd} &", "HPCVAR_SAMPLER_PID=$!", wait]
         self.keep_files += ["node-counters-*.csv"]
-        self.postrun_cmds += ["kill -TERM $HPCVAR_SAMPLER_PID 2>/dev/null; wait $HPCVAR_SAMPLER_PID || true"]
+        self.postrun_cmds += [f"{stop}; wait $HPCVAR_SAMPLER_PID || true"]

@@ -529,12 +529,24 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("dev", help="developer tools (a local single-node Slurm cluster)")
     dev = s.add_subparsers(dest="dev_cmd", required=True)
-    s = dev.add_parser("slurm", help="start, stop or show a single-node Slurm cluster with accounting (as root)",
+    s = dev.add_parser("slurm", help="start, stop or show a Slurm cluster with accounting on this host (as root)",
                        description="A real Slurm cluster on this host from Debian's packages: munged, MariaDB, "
-                                   "slurmdbd, slurmctld, slurmd; state in $HPCVAR_SLURM_DIR "
-                                   "(default /var/tmp/hpcvar-slurm). See docs/slurm-dev-cluster.md.")
-    s.add_argument("action", choices=["up", "down", "status"])
+                                   "slurmdbd, slurmctld, slurmd; one node, or with --nodes N --groups G N nodes in "
+                                   "network namespaces wired as a dragonfly with shaped links. State in "
+                                   "$HPCVAR_SLURM_DIR (default /var/tmp/hpcvar-slurm). See docs/slurm-dev-cluster.md "
+                                   "and docs/testbed.md.")
+    s.add_argument("action", choices=["up", "down", "status", "routing"])
     s.add_argument("--dir", help="state directory (default $HPCVAR_SLURM_DIR or /var/tmp/hpcvar-slurm)")
+    s.add_argument("--nodes", type=int, help="up: that many nodes in network namespaces, wired as a dragonfly "
+                                             "(docs/testbed.md); default: one node, this host")
+    s.add_argument("--groups", type=int, help="up: dragonfly groups of the nodes (default 2 with --nodes)")
+    s.add_argument("--global-rate", default="50mbit", help="up: rate of every global link (tc rate; default 50mbit)")
+    s.add_argument("--node-rate", default="200mbit", help="up: rate of every node link (default 200mbit)")
+    s.add_argument("--global-delay-ms", type=float, default=0.0, help="up: delay of the global links (netem)")
+    s.add_argument("--node-delay-ms", type=float, default=0.0, help="up: delay of the node links (netem)")
+    s.add_argument("--routing", choices=["minimal", "valiant"], default="minimal",
+                   help="up, routing: across groups the direct global link, or (3 groups or more) an "
+                        "intermediate group per flow")
     s.add_argument("--extra-user", default="hpcvar-aggressor",
                    help="second, unprivileged Unix user to create and register (up; default hpcvar-aggressor)")
     s.add_argument("--link-etc", action="store_true",

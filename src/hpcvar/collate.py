@@ -23,7 +23,7 @@ import hostlist
 import numpy as np
 import pandas as pd
 
-from hpcvar import aries, background
+from hpcvar import aries, background, linkcounters
 from hpcvar.anonymise import Pseudonymiser
 from hpcvar.dataset import Dataset
 from hpcvar.parsers import apps, ldms, microbenchmarks, mpip, node_counters, reframe, sacct
@@ -358,6 +358,11 @@ def _mpi_profile(run_id: str, paths: list[Path]) -> pd.DataFrame:
 def system_counters(ldms_dir: Path, topo: Topology, runs: list[RunData], result: CollateResult) -> pd.DataFrame:
     """Mean per-router counter change per run step, over I/O routers and over routers without our nodes.
 
+    Aries router counters (producers: nodes, mapped to their routers) and the link counters of
+    :mod:`hpcvar.linkcounters` (producers: the routers themselves, as the testbed's link sampler
+    writes them). Link counters also get the scope ``job``, the routers serving the run's nodes,
+    summed (the caller moves them to the run's step counters).
+
     One streaming pass over all LDMS files; an LDMS interval's change is split over the steps it
     overlaps in proportion to the overlap. Intervals longer than 3x the median sampling interval
     span a monitoring gap and are not attributed. A run without steps (a microbenchmark) gets one
@@ -383,7 +388,8 @@ def system_counters(ldms_dir: Path, topo: Topology, runs: list[RunData], result:
     if not windows:
         return pd.DataFrame()
     spans = np.array([[w[1][0], w[2][-1]] for w in windows])
-    router_of = topo.table["router"].to_dict()
+    # A producer is a node (its router's counters, as Aries LDMS samplers) or a router itself.
+    router_of = {**{r: r for r in topo.routers}, **topo.table["router"].to_dict()}
     good = list(files)
     while good:
         sums: dict[tuple, np.ndarray] = {}
@@ -401,12 +407,26 @@ def system_counters(ldms_dir: Path, topo: Topology, runs: list[RunData], result:
     else:
         return pd.DataFrame()
     rows = []
-    names = list(aries.to_table2(pd.DataFrame(columns=metric_names)).columns)
+    names = _ldms_names(metric_names)
     for (k, step, scope), total in sums.items():
         n = len(reporters[(k, step, scope)])
         for name, v in zip(names, total):
-            rows.append((runs[k].run["run_id"], step, scope, name, float(v) / n, n))
+            if scope == "job":
+                if linkcounters.is_counter(name):  # the job's own routers: summed, as step counters are
+                    rows.append((runs[k].run["run_id"], step, scope, name, float(v), n))
+            else:
+                rows.append((runs[k].run["run_id"], step, scope, name, float(v) / n, n))
     return pd.DataFrame(rows, columns=["run_id", "step", "scope", "counter", "value", "num_routers"])
+
+
+def _ldms_names(metric_names: list[str]) -> list[str]:
+    """The counter names of :func:`_ldms_values`' columns."""
+    return _ldms_values(pd.DataFrame(columns=metric_names)).columns.tolist()
+
+
+def _ldms_values(chunk: pd.DataFrame) -> pd.DataFrame:
+    """Aries counters as Table II abbreviations, then link counters summed per router."""
+    return pd.concat([aries.to_table2(chunk), linkcounters.router_totals(chunk)], axis=1)
 
 
 def _aggregate_ldms(files, router_of, topo, runs, windows, spans, sums, reporters) -> list[str]:
@@ -420,7 +440,8 @@ def _aggregate_ldms(files, router_of, topo, runs, windows, spans, sums, reporter
     for chunk in ldms.iter_deltas(files):
         bar.step()
         if metric_names is None:
-            metric_names = [c for c in chunk.columns if aries.is_counter(c)]
+            metric_names = [c for c in chunk.columns if aries.is_counter(c) or linkcounters.is_counter(c)]
+            link_only = np.array([linkcounters.is_counter(n) for n in _ldms_names(metric_names)])
         routers = chunk["producer"].map(router_of)
         known = routers.notna().to_numpy()
         chunk, routers = chunk[known], routers[known].to_numpy()
@@ -429,7 +450,7 @@ def _aggregate_ldms(files, router_of, topo, runs, windows, spans, sums, reporter
         t, t_prev = chunk["time"].to_numpy(), chunk["t_prev"].to_numpy()
         span = t - t_prev
         ok = span <= 3 * np.median(span)  # longer intervals span a monitoring gap
-        values = aries.to_table2(chunk[metric_names]).to_numpy()
+        values = _ldms_values(chunk[metric_names]).to_numpy()
         is_io = np.array([r in topo.io_routers for r in routers])
         for h in np.flatnonzero((spans[:, 0] < t.max()) & (spans[:, 1] > t_prev.min())):
             k, starts, ends, stepno = windows[h]
@@ -447,7 +468,10 @@ def _aggregate_ldms(files, router_of, topo, runs, windows, spans, sums, reporter
                 si = step_i[sel]
                 overlap = np.minimum(t[sel], ends[si]) - np.maximum(t_prev[sel], starts[si])
                 weighted = values[sel] * (overlap / span[sel])[:, None]
-                for scope, mask in (("io", is_io[sel]), ("sys", ~is_io[sel] & not_mine[sel])):
+                scopes = [("io", is_io[sel]), ("sys", ~is_io[sel] & not_mine[sel])]
+                if link_only.any():
+                    scopes.append(("job", ~not_mine[sel]))
+                for scope, mask in scopes:
                     for step_idx in np.unique(si[mask]):
                         rows = mask & (si == step_idx)
                         key = (k, int(stepno[step_idx]), scope)
@@ -549,6 +573,15 @@ def collate(raw: str | Path, out: str | Path, pseudonymise: Pseudonymiser) -> Co
     frames = [f for f in frames if not f.empty]
     sysc = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     if not sysc.empty:
+        # Link counters of the run's own routers are its job counters (as AriesNCL's counters.csv).
+        own_steps = (sysc["scope"] == "job") & (sysc["step"] > 0)
+        for rd in collected:
+            mine = sysc[own_steps & (sysc["run_id"] == rd.run["run_id"])]
+            if len(mine):
+                have = set(rd.step_counters["counter"])
+                add = mine[~mine["counter"].isin(have)][["run_id", "step", "counter", "value"]]
+                rd.step_counters = pd.concat([rd.step_counters, add], ignore_index=True)
+        sysc = sysc[~own_steps]
         whole = sysc["step"] == 0  # runs without steps: the whole job's window
         seconds = {rd.run["run_id"]: (pd.Timestamp(rd.run["end"]) - pd.Timestamp(rd.run["start"])).total_seconds()
                    for rd in collected}

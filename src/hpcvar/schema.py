@@ -118,7 +118,9 @@ STEP_COUNTERS = Table(
     (
         _c("run_id", pa.string(), "Run identifier.", False),
         _c("step", pa.int32(), "1-based step index.", False),
-        _c("counter", pa.string(), "Table II abbreviation, e.g. RT_RB_STL, PT_FLIT_TOT (derived ones included).", False),
+        _c("counter", pa.string(), "Table II abbreviation, e.g. RT_RB_STL, PT_FLIT_TOT (derived ones included); a "
+                                   "node sampler's counter (net_tx_bytes, ...); or a link counter of a router "
+                                   "that is not Aries (GL_QUEUED_US, ...: docs/counters.md).", False),
         _c("value", pa.float64(), "Counter change over the step.", False),
     ),
 )
@@ -132,7 +134,7 @@ SYSTEM_COUNTERS = Table(
         _c("run_id", pa.string(), "Run identifier.", False),
         _c("step", pa.int32(), "1-based step index.", False),
         _c("scope", pa.string(), "`io` or `sys`.", False),
-        _c("counter", pa.string(), "Table II abbreviation.", False),
+        _c("counter", pa.string(), "Table II abbreviation, or a link counter (docs/counters.md).", False),
         _c("value", pa.float64(), "Mean change per router over the step's window.", False),
         _c("num_routers", pa.int32(), "Routers of the scope that reported in the window.", False),
     ),
@@ -223,7 +225,8 @@ RUN_COUNTERS = Table(
     ("run_id", "scope", "counter"),
     (
         _c("run_id", pa.string(), "Run identifier.", False),
-        _c("scope", pa.string(), "`job` (node samplers), `io` or `sys` (LDMS).", False),
+        _c("scope", pa.string(), "`job` (node samplers, and link counters of the job's routers), `io` or `sys` "
+                                 "(LDMS).", False),
         _c("counter", pa.string(), "`<source>.<counter>` for `job` (e.g. `net.tx_bytes`, "
                                    "`infiniband.port_xmit_wait`); the Table II abbreviation for `io`/`sys`.", False),
         _c("value", pa.float64(), "Change over the window: summed over nodes (`job`), mean per router (`io`, "

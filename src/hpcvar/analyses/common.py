@@ -58,9 +58,10 @@ def feature_columns(frame: pd.DataFrame, feature_set: str) -> list[str]:
     """Columns of one feature set (``job`` counters, ``placement``, ``io`` or ``sys`` counters,
     ``neighbours``: the presence columns :func:`neighbour_presence` added)."""
     from hpcvar.aries import TABLE2
+    from hpcvar.linkcounters import LINK_COUNTERS
 
     if feature_set == "job":
-        return [c for c in TABLE2 if c in frame.columns]
+        return [c for c in (*TABLE2, *LINK_COUNTERS) if c in frame.columns]
     if feature_set == "placement":
         return ["num_routers", "num_groups"]
     if feature_set in ("io", "sys"):

@@ -197,23 +197,54 @@ def reframe_env(step: Step, out: Path) -> dict[str, str]:
             "HPCVAR_RFM_DB": str(out / "reframe" / "results.db")}
 
 
+def _partial(step: Step) -> Path:
+    """Where ReFrame writes the run's report before :func:`finish` puts it in place."""
+    return step.report.with_name(f".{step.report.name}.partial")
+
+
+def as_user(user: str) -> list[str]:
+    """ReFrame arguments that make a test's job another user's: root submits it with sbatch's
+    ``--uid``/``--gid`` (the job runs as that user, accounting books it to them). The job's stage
+    directory must then be writable for them (ReFrame runs with umask 0), and the job runs without
+    the node samplers: they run hpcvar from this project's environment, which that user may not
+    be able to reach (a virtual environment under /root)."""
+    import grp
+    import pwd
+
+    try:
+        pw = pwd.getpwnam(user)
+    except KeyError:
+        raise ExperimentRunError(f"user {user!r}: no such Unix user (`hpcvar dev slurm up --extra-user {user}` "
+                                 "creates and registers one)") from None
+    group = grp.getgrgid(pw.pw_gid).gr_name
+    return ["-J", f"uid={user}", "-J", f"gid={group}", "-S", "sample_counters=false"]
+
+
 def start(step: Step, spec: SlurmSpec, out: Path, log) -> subprocess.Popen:
     step.report.parent.mkdir(parents=True, exist_ok=True)
-    partial = step.report.with_name(f".{step.report.name}.partial")
+    partial = _partial(step)
     partial.unlink(missing_ok=True)
     cmd = reframe_command(Step(step.job, step.placement, step.workload, partial, step.job_name, step.duration_s),
                           spec)
+    umask = None
+    if step.job.user:
+        if os.geteuid() != 0:
+            raise ExperimentRunError(f"job {step.job.name}: running it as user {step.job.user} needs root "
+                                     "(sbatch --uid)")
+        cmd[-1:-1] = as_user(step.job.user)  # before the final -r
+        umask = 0
     logfile = open(step.report.with_suffix(".log"), "w")
     log(f"{step.workload} {step.job.name} on {step.placement.nodelist}: {' '.join(cmd)}")
     return subprocess.Popen(cmd, env=reframe_env(step, out), stdout=logfile, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL)
+                            stdin=subprocess.DEVNULL,
+                            preexec_fn=(lambda: os.umask(umask)) if umask is not None else None)
 
 
 def finish(step: Step, proc: subprocess.Popen) -> None:
     """Wait for a ReFrame run; its report appears only once ReFrame wrote it (a failed test is in it
     as a failure and becomes a failed run)."""
     proc.wait()
-    partial = step.report.with_name(f".{step.report.name}.partial")
+    partial = _partial(step)
     if not partial.exists():
         raise ExperimentRunError(f"{step.workload} {step.job.name}: ReFrame exited {proc.returncode} without a "
                                  f"report; see {step.report.with_suffix('.log')}")
@@ -325,7 +356,8 @@ def run(exp: Experiment, out: str | Path, log=None, queue_timeout: float = 900) 
                              "report": str(s.report.relative_to(out)), "run_id": _run_id(s.report),
                              "duration_s": s.duration_s})
     book = pd.DataFrame(rows, columns=BOOK_COLUMNS)
-    imported = import_reports(sorted(out / r for r in book["report"]), out / "raw", topology=topo_path)
+    imported = import_reports(sorted(out / r for r in book["report"]), out / "raw", topology=topo_path,
+                              ldms_store=spec.ldms)
     for e in imported.errors:
         log(f"not imported: {e['run_id']}: {e['file']}: {e['error']}")
     with atomic_path(out / "experiment.csv") as tmp:

@@ -44,7 +44,7 @@ PATTERNS: dict[str, str] = {
              "offset is the job's nodes per group",
 }
 _PATTERN_KEYS = {"halo": {"dims"}, "uniform-random": {"messages"}, "shift": {"offset"}}
-_JOB_KEYS = {"name", "test", "pattern", "nodes", "message_bytes", "compute_s", "fluctuation", "options"}
+_JOB_KEYS = {"name", "test", "pattern", "nodes", "message_bytes", "compute_s", "fluctuation", "options", "user"}
 
 #: Routing algorithms of the simulated network (``routing:``).
 ROUTINGS = ("minimal", "adaptive")
@@ -74,6 +74,7 @@ class JobSpec:
     fluctuation: float = 0.0       # log-normal sigma of the job's rate, drawn per sampled iteration
     test: str | None = None        # the ReFrame test that plays this job in real experiments
     options: tuple[str, ...] = ()  # extra ReFrame arguments for that test (real experiments)
+    user: str | None = None        # the Unix user the job runs as (real experiments, as root: sbatch --uid)
     dims: int = 3                  # halo
     messages: int = 1              # uniform-random
     offset: int | None = None      # shift (None: nodes // 2)
@@ -125,6 +126,7 @@ class SlurmSpec:
     aggressor_duration_s: float | None = None  # None: 1.5 x the victim's time alone + 30 s
     settle_s: float = 5.0                    # wait after the aggressors run before starting the victim
     options: tuple[str, ...] = ()            # ReFrame arguments for every job
+    ldms: str | None = None                  # LDMS store of the system's router counters (import --ldms)
 
 
 @dataclass(frozen=True)
@@ -343,9 +345,12 @@ def _parse_job(ck: _Checker, raw, path: tuple, role: str) -> JobSpec:
     options = d.get("options", [])
     if not isinstance(options, list) or not all(isinstance(o, str) for o in options):
         ck.fail((*path, "options"), f"expected a list of ReFrame arguments (strings), got {options!r}")
+    user = d.get("user")
+    if user is not None and (not isinstance(user, str) or not re.fullmatch(r"[a-z_][a-z0-9_-]{0,31}", user)):
+        ck.fail((*path, "user"), f"expected a Unix user name, got {user!r}")
     return JobSpec(name=name, role=role, pattern=pattern, nodes=nodes, message_bytes=message_bytes,
                    compute_s=compute_s, fluctuation=ck.number(d, "fluctuation", path, 0.0), test=test,
-                   options=tuple(options), **extra)
+                   options=tuple(options), user=user, **extra)
 
 
 def _parse_system(ck: _Checker, raw) -> SystemSpec:
@@ -396,7 +401,7 @@ def _parse_slurm(ck: _Checker, raw) -> SlurmSpec:
             if not isinstance(d[key], str) or not d[key]:
                 ck.fail((*path, key), f"expected a string, got {d[key]!r}")
             out[key] = d[key]
-    for key in ("topology", "partition"):
+    for key in ("topology", "partition", "ldms"):
         if d.get(key) is not None:
             if not isinstance(d[key], str):
                 ck.fail((*path, key), f"expected a string or null, got {d[key]!r}")

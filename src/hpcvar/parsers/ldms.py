@@ -807,6 +807,10 @@ class StoreCsvWriter:
     def close(self) -> None:
         self._file.close()
 
+    def flush(self) -> None:
+        """Put the rows written so far in the file (a live store's readers see whole lines)."""
+        self._file.flush()
+
     def write_rows(self, time: np.ndarray, producer: np.ndarray, component_id: np.ndarray,
                    job_id: np.ndarray, values: np.ndarray) -> None:
         """Append ``len(time)`` rows; ``values`` is (rows, metrics); ids and producer may be scalars."""

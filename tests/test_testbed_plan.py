@@ -1,0 +1,95 @@
+"""The testbed's plan without building it (no root needed): the shape's validation, which node is
+in which group, the addresses, the topology map and Slurm's topology, the link-counter names.
+tests/test_testbed.py builds it for real."""
+
+from __future__ import annotations
+
+import ipaddress
+
+import pandas as pd
+import pytest
+import yaml
+
+from hpcvar import linkcounters
+from hpcvar.dev import testbed as tb
+from hpcvar.topology import Topology
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"nodes": 6, "groups": 1}, "needs two groups"),
+    ({"nodes": 2, "groups": 3}, "every group needs a node"),
+    ({"nodes": 6, "groups": 2, "global_rate": "fast"}, "global-rate 'fast'"),
+    ({"nodes": 6, "groups": 2, "routing": "valiant"}, "three groups or more"),
+    ({"nodes": 6, "groups": 2, "routing": "ugal"}, "routing 'ugal'"),
+])
+def test_impossible_shapes_are_refused_by_name(kwargs, message):
+    with pytest.raises(tb.TestbedError, match=message):
+        tb.TestbedSpec(**kwargs)
+
+
+def test_nodes_fill_the_groups_in_order_the_first_taking_one_more():
+    spec = tb.TestbedSpec(nodes=7, groups=3)
+    assert [spec.nodes_of(g) for g in range(3)] == [["n01", "n02", "n03"], ["n04", "n05"], ["n06", "n07"]]
+    assert spec.global_links == [(0, 1), (0, 2), (1, 2)]
+
+
+def test_every_address_is_unique_and_in_its_network():
+    spec = tb.TestbedSpec(nodes=12, groups=4)
+    mgmt = [spec.mgmt_ip(n) for n in spec.node_names]
+    data = [spec.data_ip(n) for n in spec.node_names]
+    links = [ip for a, b in spec.global_links for ip in spec.link_ips(a, b)]
+    assert len(set(mgmt + data + links + [tb.HEAD_IP])) == len(mgmt) + len(data) + len(links) + 1
+    assert all(ipaddress.ip_address(ip) in ipaddress.ip_network("10.78.0.0/24") for ip in mgmt)
+    for node in spec.node_names:
+        net = ipaddress.ip_network(f"10.77.{spec.group_of(node)}.0/24")
+        assert ipaddress.ip_address(spec.data_ip(node)) in net
+    # Both ends of a link share its /30; each end's address is the one the other router routes to.
+    for a, b in spec.global_links:
+        ip_a, ip_b = spec.link_ips(a, b)
+        assert ipaddress.ip_interface(f"{ip_a}/30").network == ipaddress.ip_interface(f"{ip_b}/30").network
+        assert spec.link_ips(b, a) == (ip_b, ip_a)
+
+
+def test_the_topology_map_reads_back_as_the_wiring(tmp_path):
+    spec = tb.TestbedSpec(nodes=7, groups=3, global_rate="40mbit")
+    path = tmp_path / "map.yaml"
+    path.write_text(yaml.safe_dump(tb.topology_map(spec)))
+    topo = Topology.from_file(path)
+    assert topo.groups == ("g0", "g1", "g2") and topo.routers == ("r0", "r1", "r2")
+    assert {n: topo.router_of(n) for n in spec.node_names} == {n: f"r{spec.group_of(n)}" for n in spec.node_names}
+    links = yaml.safe_load(path.read_text())["links"]
+    assert [(link["name"], link["rate"]) for link in links if link["kind"] == "global"] == [
+        ("r0-r1", "40mbit"), ("r0-r2", "40mbit"), ("r1-r2", "40mbit")]
+    assert sum(link["kind"] == "node" for link in links) == 7
+    # Slurm's tree: a leaf switch per group router, one top switch above them.
+    conf = tmp_path / "topology.conf"
+    conf.write_text(tb.slurm_topology_conf(spec))
+    tree = Topology.from_file(conf)
+    assert {n: tree.router_of(n) for n in spec.node_names} == {n: topo.router_of(n) for n in spec.node_names}
+
+
+def test_nodes_resolve_each_other_and_the_head_on_the_management_network():
+    spec = tb.TestbedSpec(nodes=3, groups=2)
+    hosts = dict(line.split("\t")[::-1] for line in tb.hosts_file(spec, "vm").splitlines())
+    assert hosts == {"localhost": "127.0.0.1", "vm": tb.HEAD_IP, "n01": "10.78.0.11", "n02": "10.78.0.12",
+                     "n03": "10.78.0.13"}
+
+
+def test_node_exec_enters_a_node_with_its_own_tmp_hosts_and_sysfs(tmp_path):
+    script = tb.node_exec_script(tmp_path)
+    assert 'nsenter --net="/run/netns/hpcvar-$node" --uts="$state/uts/$node"' in script
+    for mount in ('mount --bind "$0/etc/hosts" /etc/hosts', 'mount --rbind "$0/nodes/$1/tmp" /tmp',
+                  "mount -t sysfs sysfs /sys", 'mount --rbind "$0/nodes/$1/cgroup" /sys/fs/cgroup'):
+        assert mount in script
+
+
+def test_link_counters_are_summed_per_router_and_named_as_documented():
+    wide = pd.DataFrame({"GL_TX_BYTES#r1": [10, 20], "GL_TX_BYTES#r2": [1, 2], "NL_QUEUED_US#n01": [5, 0],
+                         "rx_bytes#eth0": [7, 7]})
+    totals = linkcounters.router_totals(wide)
+    assert list(totals.columns) == ["GL_TX_BYTES", "NL_QUEUED_US"]
+    assert totals["GL_TX_BYTES"].tolist() == [11.0, 22.0]
+    assert linkcounters.LINK_COUNTERS[:6] == tuple(f"GL_{m}" for m in linkcounters.LINK_METRICS)
+    docs = (__import__("pathlib").Path(__file__).parents[1] / "docs" / "counters.md").read_text()
+    for name in linkcounters.LINK_COUNTERS:
+        assert f"`{name}`" in docs, name
