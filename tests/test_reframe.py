@@ -263,6 +263,26 @@ def test_report_v3_layout_and_failed_case(tmp_path: Path):
     assert reframe.describe(_bad(tmp_path, json.dumps(doc), "report.json"))["format_version"] == "2.1"
 
 
+def test_a_retried_failure_gives_way_to_its_retry():
+    """A real report of `--max-retries=1` (tests/captured/reframe/SOURCES.md): the first run holds
+    both cases, one failed; the second run only the retry, passed. What counts is what ReFrame
+    itself counts (its session_info: 2 cases, 0 failures): the retry and the case that passed at
+    once, not the last run alone (which would lose the case that passed at once)."""
+    path = Path(__file__).parent / "captured" / "reframe" / "reframe4.10.4_retry_run-report.json"
+    doc = json.loads(path.read_text())
+    assert [len(r["testcases"]) for r in doc["runs"]] == [2, 1]
+    cases = reframe.final_attempts(doc["runs"])
+    assert sorted((c["name"], c["result"]) for c in cases) == [("FailsOnce", "pass"), ("PassesAtOnce", "pass")]
+    info = doc["session_info"]
+    assert len(cases) == info["num_cases"] and sum(c["result"] == "fail" for c in cases) == info["num_failures"]
+    values = {c["name"]: c["perfvalues"]["local:default:total_time"][0] for c in cases}
+    assert values == {"FailsOnce": 1.5, "PassesAtOnce": 2.5}
+    # A failure on the last attempt stays (ReFrame counts it too).
+    failed_again = [doc["runs"][0], {**doc["runs"][1], "testcases": [doc["runs"][0]["testcases"][0]]}]
+    assert sorted((c["name"], c["result"]) for c in reframe.final_attempts(failed_again)) == [
+        ("FailsOnce", "fail"), ("PassesAtOnce", "pass")]
+
+
 # --- writer --------------------------------------------------------------------------------
 
 FIELDS = ["job_completion_time", "version", "display_name", "system", "partition", "environ", "jobid",

@@ -297,6 +297,15 @@ def _row_3x(path: Path, fields: list[str], line: int) -> dict[str, Any]:
 # --- JSON run reports ----------------------------------------------------------------------
 
 
+def final_attempts(runs: list[dict]) -> list[dict]:
+    """The test cases of a report's ``runs`` as ReFrame itself counts them after ``--max-retries``:
+    every case that did not fail, and the failures of the last run (a failed attempt that a
+    retry replaced is left out, as ReFrame's own report tables and comparisons do)."""
+    last = len(runs) - 1
+    return [case for r, run in enumerate(runs) for case in run.get("testcases", [])
+            if case.get("result") != "fail" or r == last]
+
+
 def read_report(path: str | Path) -> pd.DataFrame:
     """Long table of a JSON run report; a test case without performance values gives one row
     with ``variable`` NA, so failures (``fail_reason``) stay visible."""
