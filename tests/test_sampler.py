@@ -211,11 +211,13 @@ def test_absent_sources_are_recorded_not_errors(tmp_path):
     empty.mkdir()
     out = tmp_path / "x.csv"
     done = subprocess.run([sys.executable, "-m", "hpcvar", "sample", "--out", str(out), "--duration", "0",
-                           "--sysfs-root", str(empty)], capture_output=True, text=True, timeout=60)
+                           "--sysfs-root", str(empty), "--proc-root", str(empty)], capture_output=True, text=True,
+                          timeout=60)
     assert done.returncode == 0, done.stderr
     frame = node_counters.read(out)
     meta = frame.attrs["meta"]
-    assert meta["sources_present"] == "" and meta["sources_absent"] == "net,infiniband,cxi"
+    assert meta["sources_present"] == "" and meta["sources_absent"] == "net,infiniband,cxi,psi"
+    assert "kernel without pressure stall information" in meta["source psi"]
     assert meta["source net"].startswith("absent: no ") and "class/net" in meta["source net"]
     assert meta["source cxi"].startswith("absent: no ") and "not a Slingshot/Cassini node" in meta["source cxi"]
     assert len(frame) == 0 and frame.attrs["complete"]
@@ -360,3 +362,28 @@ def test_step_deltas_from_timestamped_app_output(tmp_path):
     d = node_counters.step_deltas(node, steps)
     assert d["step"].tolist() == [1, 2, 3]
     assert d["cxi.hni_rx_paused_0"].tolist() == [80, 200, 40]
+
+
+def test_pressure_stall_totals_become_counters(tmp_path):
+    """psi: both totals of every resource file, as the kernel writes them (``some ... total=N``
+    then ``full ... total=N``), counted in microseconds; the file is re-read, not re-opened."""
+    proc_root = tmp_path / "proc"
+    (proc_root / "pressure").mkdir(parents=True)
+    cpu = proc_root / "pressure" / "cpu"
+
+    def write(some: int, full: int) -> None:
+        cpu.write_text(f"some avg10=0.50 avg60=1.47 avg300=19.31 total={some}\n"
+                       f"full avg10=0.00 avg60=0.00 avg300=0.00 total={full}\n")
+    write(1_000_000, 0)
+    out = tmp_path / "node.csv"
+    proc = spawn(out, interval=0.05, sources=["psi"], proc_root=proc_root)
+    wait_for_rows(out)
+    write(1_250_000, 40)
+    time.sleep(0.4)
+    assert stop(proc) == 0
+    frame = node_counters.read(out)
+    assert frame.attrs["meta"]["sources_present"] == "psi"
+    some = series(frame, "psi", "pressure", "cpu_some_us")["value"].tolist()
+    full = series(frame, "psi", "pressure", "cpu_full_us")["value"].tolist()
+    assert some[0] == 1_000_000 and some[-1] == 1_250_000 and full[-1] == 40
+    assert set(frame.loc[frame.source == "psi", "counter"]) == {"cpu_some_us", "cpu_full_us"}

@@ -39,7 +39,7 @@ class Sampler:
 
     def __init__(self, out: str | Path, interval: float = 1.0, sources: Sequence[str] = SOURCE_NAMES,
                  sysfs_root: str | Path = "/sys", duration: float | None = None,
-                 cxi_counters: Sequence[str] = DEFAULT_CXI_COUNTERS):
+                 cxi_counters: Sequence[str] = DEFAULT_CXI_COUNTERS, proc_root: str | Path = "/proc"):
         if not interval > 0:
             raise ValueError(f"interval must be > 0 seconds, got {interval}")
         if duration is not None and duration < 0:
@@ -48,7 +48,7 @@ class Sampler:
         self.interval = float(interval)
         self.duration = duration
         self.sysfs_root = Path(sysfs_root)
-        self.sources = make_sources(list(sources), sysfs_root, cxi_counters)
+        self.sources = make_sources(list(sources), sysfs_root, cxi_counters, proc_root)
         self.samples = 0
         self.rows = 0
         self._stop_reason: str | None = None
@@ -156,20 +156,20 @@ def _in_main_thread() -> bool:
 
 def run(out: str | Path, interval: float = 1.0, sources: Sequence[str] = SOURCE_NAMES,
         sysfs_root: str | Path = "/sys", duration: float | None = None,
-        cxi_counters: Sequence[str] = DEFAULT_CXI_COUNTERS) -> int:
+        cxi_counters: Sequence[str] = DEFAULT_CXI_COUNTERS, proc_root: str | Path = "/proc") -> int:
     """Run a sampler in this process (the ``hpcvar sample`` command)."""
-    return Sampler(out, interval, sources, sysfs_root, duration, cxi_counters).run()
+    return Sampler(out, interval, sources, sysfs_root, duration, cxi_counters, proc_root).run()
 
 
 def spawn(out: str | Path, interval: float = 1.0, sources: Sequence[str] = SOURCE_NAMES,
           sysfs_root: str | Path = "/sys", duration: float | None = None,
-          cxi_counters: Sequence[str] | None = None, **popen) -> subprocess.Popen:
+          cxi_counters: Sequence[str] | None = None, proc_root: str | Path = "/proc", **popen) -> subprocess.Popen:
     """Start ``hpcvar sample`` in the background (how a local launcher runs it beside a job).
 
     Stop it with ``proc.send_signal(signal.SIGTERM); proc.wait()``: the file is then complete.
     """
     cmd = [sys.executable, "-m", "hpcvar", "sample", "--out", str(out), "--interval", str(interval),
-           "--sources", ",".join(sources), "--sysfs-root", str(sysfs_root)]
+           "--sources", ",".join(sources), "--sysfs-root", str(sysfs_root), "--proc-root", str(proc_root)]
     if duration is not None:
         cmd += ["--duration", str(duration)]
     if cxi_counters is not None:

@@ -17,6 +17,10 @@ system call per counter and no open/close.
   timestamp becomes the row's epoch. The Cassini exposes hundreds of counters; the default
   selection (:data:`DEFAULT_CXI_COUNTERS`, shell patterns) holds the groups the Perlmutter
   variability study correlated with run time; ``"*"`` reads them all.
+* ``psi``: Linux pressure stall information ``<proc root>/pressure/{cpu,io,memory}``: the
+  cumulative microseconds during which some task (``some``) or every task (``full``) waited for
+  that resource, as counters ``cpu_some_us``, ``cpu_full_us``, ... of device ``pressure``. CPU
+  pressure is how much the node's CPUs, not the network, held the job back.
 
 A source that is absent on the node says why (:class:`Probe`); the sampler runs with the rest.
 """
@@ -38,7 +42,9 @@ NET_COUNTERS = ("rx_bytes", "tx_bytes", "rx_packets", "tx_packets",
 DEFAULT_CXI_COUNTERS = ("atu_cache_*", "lpe_net_match_*", "lpe_rndzv_puts*", "hni_rx_paused_*",
                         "hni_tx_paused_*", "parbs_tarb_pi_*", "pct_*timeouts")
 
-SOURCE_NAMES = ("net", "infiniband", "cxi")
+SOURCE_NAMES = ("net", "infiniband", "cxi", "psi")
+#: Resources of the ``psi`` source (files under ``<proc root>/pressure/``).
+PSI_RESOURCES = ("cpu", "io", "memory")
 _READ_BYTES = 64
 
 
@@ -63,6 +69,8 @@ class FileSource:
     """A source made of one small text file per counter; subclasses say which files."""
 
     name = ""
+    #: Bytes read per file: a counter value, or the few lines of a pressure file.
+    read_bytes = _READ_BYTES
 
     def __init__(self, root: str | Path):
         self.root = Path(root)
@@ -96,6 +104,13 @@ class FileSource:
     def parse(self, raw: bytes, now: float) -> tuple[float, int]:
         return now, int(raw)
 
+    def rows(self, raw: bytes, c: _Counter, now: float) -> list[tuple[float, str, str, int]]:
+        """What one file's bytes hold: (epoch, device, counter, value) rows (one, for most sources)."""
+        epoch, value = self.parse(raw, now)
+        if value < 0:
+            raise ValueError(f"{c.path}: negative value {value}")
+        return [(epoch, c.device, c.counter, value)]
+
     def read(self, now: float) -> list[tuple[float, str, str, int]]:
         """(epoch, device, counter, value) of every counter that could be read now."""
         out = []
@@ -103,17 +118,11 @@ class FileSource:
             try:
                 if c.fd is None:
                     c.fd = os.open(c.path, os.O_RDONLY)
-                raw = os.pread(c.fd, _READ_BYTES, 0)
-                epoch, value = self.parse(raw, now)
-            except (OSError, ValueError):
+                out += self.rows(os.pread(c.fd, self.read_bytes, 0), c, now)
+            except (OSError, ValueError, KeyError):
                 # A vanished device, or a value caught mid-update: skip it this time.
                 self.read_errors += 1
                 self._close(c)
-                continue
-            if value < 0:
-                self.read_errors += 1
-                continue
-            out.append((epoch, c.device, c.counter, value))
         return out
 
     @staticmethod
@@ -209,11 +218,35 @@ class CxiSource(FileSource):
         return epoch, int(value)
 
 
+class PsiSource(FileSource):
+    """One file per resource holding two totals (``some`` and ``full``): two counters per file."""
+
+    name = "psi"
+    read_bytes = 256
+
+    def absent_reason(self) -> str:
+        base = self.root / "pressure"
+        return f"no {base} (kernel without pressure stall information)"
+
+    def discover(self) -> list[_Counter]:
+        return [_Counter("pressure", resource, self.root / "pressure" / resource) for resource in PSI_RESOURCES
+                if (self.root / "pressure" / resource).is_file()]
+
+    def rows(self, raw: bytes, c: _Counter, now: float) -> list[tuple[float, str, str, int]]:
+        """``some avg10=... total=N`` and ``full ...`` lines: the cumulative stall time (us) of each."""
+        out = []
+        for line in raw.decode().splitlines():
+            kind, _, fields = line.partition(" ")
+            total = dict(f.split("=", 1) for f in fields.split())["total"]
+            out.append((now, c.device, f"{c.counter}_{kind}_us", int(total)))
+        return out
+
+
 def make_sources(names: Sequence[str], sysfs_root: str | Path = "/sys",
-                 cxi_counters: Sequence[str] = DEFAULT_CXI_COUNTERS) -> list:
+                 cxi_counters: Sequence[str] = DEFAULT_CXI_COUNTERS, proc_root: str | Path = "/proc") -> list:
     unknown = [n for n in names if n not in SOURCE_NAMES]
     if unknown:
         raise ValueError(f"unknown source(s) {unknown}; choose from {', '.join(SOURCE_NAMES)}")
     build = {"net": lambda: NetSource(sysfs_root), "infiniband": lambda: InfinibandSource(sysfs_root),
-             "cxi": lambda: CxiSource(sysfs_root, cxi_counters)}
+             "cxi": lambda: CxiSource(sysfs_root, cxi_counters), "psi": lambda: PsiSource(proc_root)}
     return [build[n]() for n in dict.fromkeys(names)]
