@@ -21,6 +21,8 @@ import reframe as rfm
 import reframe.utility.typecheck as typ
 from reframe.core.builtins import run_after, run_before, variable
 
+from hpcvar.rawlayout import APP_OUTPUT
+
 REPO = Path(__file__).resolve().parents[2]
 
 #: The ``hpcvar`` command of the environment ReFrame runs in (the project's .venv), if present.
@@ -97,7 +99,7 @@ class CampaignRun(rfm.RegressionTestPlugin):
 
 class TimestampedOutput(rfm.RegressionTestPlugin):
     #: The timestamped copy of the job's standard output (what the parsers read).
-    timed_output = variable(str, value="app.out")
+    timed_output = variable(str, value=APP_OUTPUT)
 
     @run_before("run")
     def _timestamp_output(self):
@@ -118,7 +120,7 @@ class CounterSampler(rfm.RegressionTestPlugin):
     sample_counters = variable(typ.Bool, value=True)
     #: Seconds between samples (the sampler's overhead is measured in benchmarks/bench_sampler.py).
     sample_interval = variable(float, value=1.0)
-    sample_sources = variable(str, value="net,infiniband,cxi")
+    sample_sources = variable(str, value="net,infiniband,cxi,psi")
     hpcvar = variable(str, value=HPCVAR)
 
     @run_before("run")

@@ -30,7 +30,8 @@ from hpcvar.parsers import apps, ldms, microbenchmarks, mpip, node_counters, ref
 from hpcvar.parsers import counters as counter_files
 from hpcvar.parsers.errors import ParseError, TruncatedOutput
 from hpcvar.progress import Progress
-from hpcvar.rawlayout import MANIFEST, SYSTEM_FILE, SystemInfo, is_complete, read_manifest
+from hpcvar.rawlayout import (COUNTERS, MANIFEST, MPIP_SUFFIX, RUNS_DIR, RUN_LDMS_DIR, SACCT, STDOUT, SYSTEM_FILE,
+                              SystemInfo, is_complete, read_manifest)
 from hpcvar.topology import Topology
 
 
@@ -162,7 +163,7 @@ def _job_from_manifest(run_dir: Path, meta: dict) -> pd.Series:
     path = run_dir / MANIFEST
     job = meta.get("job")
     if not isinstance(job, dict) or job.get("scheduler") != "local":
-        raise ParseError(run_dir / "sacct.txt", "missing: a run on a batch scheduler needs the sacct output of its "
+        raise ParseError(run_dir / SACCT, "missing: a run on a batch scheduler needs the sacct output of its "
                                                 "window (only runs of ReFrame's local scheduler may omit it)")
     for key in ("node_list", "start", "end", "state"):
         if job.get(key) in (None, "", []):
@@ -242,7 +243,7 @@ def collate_run(run_dir: Path, system: SystemInfo, topo: Topology, meta: dict) -
     """Parse one complete run directory: its data, or :class:`FailedRun` for a job that did not
     complete or a test ReFrame failed."""
     run_id = meta["run_id"]
-    sacct_path = run_dir / "sacct.txt"
+    sacct_path = run_dir / SACCT
     if sacct_path.exists():
         jobs = sacct.read(sacct_path)
         missing = [f for col, f in SACCT_NEEDED.items() if col not in jobs.columns]
@@ -288,10 +289,10 @@ def collate_run(run_dir: Path, system: SystemInfo, topo: Topology, meta: dict) -
         empty = pd.DataFrame()
         return RunData(run, empty, empty, empty, neigh, my_routers, latency, histograms,
                        _sampler_run_counters(run_dir, run_id))
-    out = apps.read(run_dir / "stdout.txt")
+    out = apps.read(run_dir / STDOUT)
     steps = out.steps.copy()
     if steps.empty:
-        raise ParseError(run_dir / "stdout.txt", "no time steps found")
+        raise ParseError(run_dir / STDOUT, "no time steps found")
     steps = pd.DataFrame({
         "run_id": run_id, "step": steps["step"].astype("int32"),
         "start": pd.to_datetime(steps["start"], unit="s", utc=True).dt.round("us"),
@@ -299,13 +300,13 @@ def collate_run(run_dir: Path, system: SystemInfo, topo: Topology, meta: dict) -
         "duration_s": steps["duration_s"].astype(float),
         "reported_s": steps["reported_s"].astype(float)})
     step_counters = pd.DataFrame(columns=["run_id", "step", "counter", "value"])
-    if (run_dir / "counters.csv").exists():
-        long = counter_files.read(run_dir / "counters.csv")
+    if (run_dir / COUNTERS).exists():
+        long = counter_files.read(run_dir / COUNTERS)
         if long["step"].nunique() != len(steps):
-            raise ParseError(run_dir / "counters.csv",
+            raise ParseError(run_dir / COUNTERS,
                              f"{long['step'].nunique()} steps of counters but {len(steps)} steps in stdout.txt")
         step_counters = long.assign(run_id=run_id)[["run_id", "step", "counter", "value"]]
-    mpi = _mpi_profile(run_id, sorted(run_dir.glob("*.mpiP")))
+    mpi = _mpi_profile(run_id, sorted(run_dir.glob("*" + MPIP_SUFFIX)))
     run.update(total_time_s=float(steps["duration_s"].sum()), num_steps=len(steps))
     return RunData(run, steps, step_counters, mpi, neigh, my_routers)
 
@@ -314,7 +315,7 @@ def _output_of_failed_run(run_dir: Path, meta: dict) -> dict:
     """What a failed application run's own output says: why it stopped where it did (a killed
     job's output is truncated: the reason, with file and line) and the steps it completed before,
     kept in the failure record (quarantine.jsonl) although the run is not data."""
-    stdout = run_dir / "stdout.txt"
+    stdout = run_dir / STDOUT
     if meta.get("kind") == "microbenchmark" or not stdout.exists():
         return {}
     try:
@@ -503,7 +504,7 @@ def check_systems(raw: str | Path, out: str | Path, rebuild: bool = False) -> No
     raw = Path(raw)
     system = SystemInfo(raw)
     others: dict[str, list[str]] = defaultdict(list)
-    for run_dir in sorted((raw / "runs").iterdir()) if (raw / "runs").is_dir() else []:
+    for run_dir in sorted((raw / RUNS_DIR).iterdir()) if (raw / RUNS_DIR).is_dir() else []:
         if not is_complete(run_dir):
             continue
         try:
@@ -534,7 +535,7 @@ def collate(raw: str | Path, out: str | Path, pseudonymise: Pseudonymiser) -> Co
         topo = topo.with_io_routers(system.io_routers)
     result = CollateResult()
     have = ds.run_ids()
-    run_dirs = sorted(p for p in (raw / "runs").iterdir() if p.is_dir()) if (raw / "runs").exists() else []
+    run_dirs = sorted(p for p in (raw / RUNS_DIR).iterdir() if p.is_dir()) if (raw / RUNS_DIR).exists() else []
     collected: list[RunData] = []
     bar = Progress("collate: runs", len(run_dirs))
     for run_dir in run_dirs:
@@ -565,9 +566,9 @@ def collate(raw: str | Path, out: str | Path, pseudonymise: Pseudonymiser) -> Co
                     rd.run[key] = str(hit[key].dropna().iloc[0])
     # System-wide counters: from the run's own LDMS slice (import-reframe --ldms) when it has one,
     # else from the campaign's store (system.yaml `ldms:`).
-    own = [rd for rd in collected if (raw / rd.run["raw_dir"] / "ldms").is_dir()]
+    own = [rd for rd in collected if (raw / rd.run["raw_dir"] / RUN_LDMS_DIR).is_dir()]
     shared = [rd for rd in collected if rd not in own]
-    frames = [system_counters(raw / rd.run["raw_dir"] / "ldms", topo, [rd], result) for rd in own]
+    frames = [system_counters(raw / rd.run["raw_dir"] / RUN_LDMS_DIR, topo, [rd], result) for rd in own]
     if shared and system.ldms is not None and system.ldms.exists():
         frames.append(system_counters(system.ldms, topo, shared, result))
     frames = [f for f in frames if not f.empty]

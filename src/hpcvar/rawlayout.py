@@ -30,6 +30,23 @@ MANIFEST = "manifest.json"
 SYSTEM_FILE = "system.yaml"
 #: Keys every manifest has (collate needs them).
 MANIFEST_KEYS = ("run_id", "app", "dataset", "num_nodes", "job_id", "files")
+#: The raw directory's run directories: ``runs/<run_id>/``.
+RUNS_DIR = "runs"
+#: A run's application output (what the parsers of ``hpcvar.parsers.apps`` read).
+STDOUT = "stdout.txt"
+#: A run's ``sacct`` output over its job's window (every user's jobs: the neighbourhood).
+SACCT = "sacct.txt"
+#: A run's per-step job counters (``hpcvar.parsers.counters``).
+COUNTERS = "counters.csv"
+#: A run's own window of the LDMS store (system-wide counters), a directory.
+RUN_LDMS_DIR = "ldms"
+#: The node -> router -> group map a raw directory's ``system.yaml`` names by default.
+TOPOLOGY = "topology.csv"
+#: mpiP reports in a run directory end so.
+MPIP_SUFFIX = ".mpiP"
+#: The suite's timestamped copy of a job's standard output in its ReFrame output directory
+#: (``reframe_tests/common/mixins.py``), which the import copies to ``STDOUT``.
+APP_OUTPUT = "app.out"
 
 
 def sha256(path: Path) -> str:

@@ -47,6 +47,7 @@ from hpcvar.experiments.placement import Placement, PlacementError, place_jobs, 
 from hpcvar.experiments.spec import Experiment, JobSpec, SlurmSpec
 from hpcvar.fileio import atomic_path
 from hpcvar.naming import slug
+from hpcvar.rawlayout import TOPOLOGY
 from hpcvar.topology import Topology
 
 #: Experiment ``test`` -> (ReFrame test, the family ``HPCVAR_RFM_NODES`` sets node counts of).
@@ -133,7 +134,7 @@ def topology_for(spec: SlurmSpec, nodes: list[str], out: Path) -> Path:
             where = "" if path.is_absolute() else f" (relative to the current directory {Path.cwd()})"
             raise ExperimentRunError(f"slurm.topology: {path} not found{where}")
         return path
-    path = out / "topology.csv"
+    path = out / TOPOLOGY
     known = set(pd.read_csv(path, comment="#")["node"]) if path.exists() else set()
     new = [n for n in nodes if n not in known]
     if new or not path.exists():

@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from hpcvar.parsers import microbenchmarks
-from hpcvar.rawlayout import write_manifest
+from hpcvar.rawlayout import SACCT, STDOUT, write_manifest
 
 DATASET_APP = "collectives"
 #: Median latency (us) of each timed operation on a quiet machine, all nodes in one group.
@@ -172,10 +172,10 @@ class MicrobenchmarkRuns:
         microbenchmarks.write_collectives(run_dir / "hpcvar-collectives.csv", frame, hosts=list(nodes),
                                           start_epoch=start + 10.0, mpi_library=MPI_LIBRARY)
         stdout.append(f"hpcvar-collectives: done rows={len(frame)} file=hpcvar-collectives.csv")
-        (run_dir / "stdout.txt").write_text("\n".join(stdout) + "\n")
+        (run_dir / STDOUT).write_text("\n".join(stdout) + "\n")
         job = types.SimpleNamespace(Index=("mb", job_id), job_id=job_id, job_name=f"Collectives_{len(nodes)}",
                                     submit=start - rng.uniform(5, 120), start=start, nodes=len(nodes))
-        write_sacct(run_dir / "sacct.txt", job, nodes, end, "COMPLETED")
+        write_sacct(run_dir / SACCT, job, nodes, end, "COMPLETED")
         write_manifest(run_dir, {
             "run_id": run_id, "system": p.system, "app": DATASET_APP, "dataset": self.name, "kind": "microbenchmark",
             "input": f"-s {','.join(map(str, self.sizes))} -i {p.microbenchmark_iterations} "
