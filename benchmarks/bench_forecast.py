@@ -69,7 +69,7 @@ def main() -> None:
         os.chdir(d)
         summary = forecast.run(d / "dataset", d / "forecast", {
             "datasets": a.datasets, "grid": {"milc": {"m": [10], "k": [20]}}, "seed": seed,
-            "feature_sets": a.feature_sets, "truth": str(d / "raw" / "truth.json"), **settings})
+            "feature_sets": a.feature_sets, **settings}, truth=d / "raw" / "truth.json")
         for name in a.datasets:
             grid = pd.DataFrame(summary["datasets"][name]["grid"])
             for fs, g in grid.groupby("feature_set", sort=False):

@@ -237,8 +237,8 @@ def campaign(request, tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.delenv("MLFLOW_TRACKING_URI", raising=False)
         mp.chdir(base)  # anything MLflow writes relative to the working directory stays in tmp
-        summary = forecast.run(base / "dataset", base / "forecast",
-                               {**CONFIG, "seed": seed, "truth": str(base / "raw" / "truth.json")})
+        summary = forecast.run(base / "dataset", base / "forecast", {**CONFIG, "seed": seed},
+                               truth=base / "raw" / "truth.json")
     return {"seed": seed, "base": base, "summary": summary}
 
 

@@ -24,7 +24,7 @@ Outputs per dataset in ``out_dir/<dataset>/``: ``grid.csv`` (one row per m, k, f
 model), ``importance.csv`` (permutation importance in the best cell), ``long_run.csv`` when a
 long run exists, and SVG figures (MAPE heatmaps, importance bars, long-run forecast). Also
 ``out_dir/summary.json`` and MLflow runs (one parent per dataset, one nested run per cell).
-When the simulator's oracle (``truth_oracle.parquet`` beside ``config["truth"]``) is present,
+When the simulator's oracle (``truth_oracle.parquet`` beside the ``truth`` given) is present,
 its MAPE on the same windows is reported as model ``oracle``.
 """
 
@@ -833,17 +833,20 @@ def torch_threads(n: int):
         torch.set_num_threads(before)
 
 
-def run(dataset_dir: str | Path, out_dir: str | Path, config: dict | None = None) -> ForecastResult:
-    """Forecast every dataset of ``dataset_dir``; writes ``out_dir/summary.json`` and returns it."""
+def run(dataset_dir: str | Path, out_dir: str | Path, config: dict | None = None,
+        truth: str | Path | None = None) -> ForecastResult:
+    """Forecast every dataset of ``dataset_dir``; writes ``out_dir/summary.json`` and returns it.
+    ``truth``: the simulator's truth.json (an input, not a setting), whose oracle's error
+    (``truth_oracle.parquet`` beside it) is reported beside the models'."""
     cfg = configure(config)
     dataset_dir, out_dir = Path(dataset_dir), Path(out_dir)
     data = common.load(dataset_dir, tables=("runs", "steps", "step_counters", "system_counters", "neighbourhood"))
-    oracle, truth = load_oracle(cfg["truth"])
+    oracle, truth_doc = load_oracle(truth)
     names, pairs, notes = plan(data["runs"], cfg)
     notes += [f"long run {long}: {train} is not analysed, so it was not forecast"
               for train, long in pairs.items() if train not in names]
-    if cfg["truth"] and oracle is None:
-        notes.append(f"no oracle: {Path(cfg['truth']).with_name('truth_oracle.parquet')} not found")
+    if truth and oracle is None:
+        notes.append(f"no oracle: {Path(truth).with_name('truth_oracle.parquet')} not found")
     results = {}
     with torch_threads(cfg["threads"]):
         for name in names:
@@ -858,8 +861,8 @@ def run(dataset_dir: str | Path, out_dir: str | Path, config: dict | None = None
         for res in results.values():
             res.summary["mlflow"] = log_dataset(res, experiment_id, dataset_dir, params)
     for name, res in results.items():
-        if truth is not None and name in truth.get("datasets", {}):
-            res.summary["oracle_mape_truth"] = truth["datasets"][name].get("oracle_mape")
+        if truth_doc is not None and name in truth_doc.get("datasets", {}):
+            res.summary["oracle_mape_truth"] = truth_doc["datasets"][name].get("oracle_mape")
     uri = tracking.tracking_uri(dataset_dir)
     summary = ForecastResult.build({"analysis": "forecast",
                             "params": {**params, "feature_sets": cfg["feature_sets"], "grid": cfg["grid"]},
