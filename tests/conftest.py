@@ -218,6 +218,24 @@ def campaign(tmp_path_factory):
     return get
 
 
+#: Seeds of the simulated paper campaigns the analyses' recovery tests run on.
+PAPER_SEEDS = (0, 1)
+
+
+@pytest.fixture(scope="session", params=per_seed_group("paper", PAPER_SEEDS))
+def paper(request, campaign, tmp_path_factory):
+    """The paper preset's campaign (30 days) at a seed, with its neighbourhood and deviation
+    analyses: once per session for every module that reads them (their tests share the seed's
+    xdist group, so one worker computes it)."""
+    from hpcvar.analyses import deviation, neighbourhood
+
+    c = campaign("paper", request.param, 30)
+    out = tmp_path_factory.mktemp(f"analyses-{request.param}")
+    nb = neighbourhood.run(c.dataset, out / "neighbourhood")
+    dv = deviation.run(c.dataset, out / "deviation")
+    return c, nb, dv, out
+
+
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 
 
@@ -258,3 +276,39 @@ def _restore_mlflow_tracking_uri():
         os.environ.pop("MLFLOW_TRACKING_URI", None)
     else:
         os.environ["MLFLOW_TRACKING_URI"] = before
+
+
+#: The other users of the multi-node cluster: the interference tests' aggressor, then the planted
+#: workload of config/campaign-testbed.yaml (culprit, two decoys, a CPU hog).
+TESTBED_USERS = ("hpcvar-aggressor", "hpcvar-alice", "hpcvar-bob", "hpcvar-carol", "hpcvar-dave")
+
+
+@pytest.fixture(scope="module")
+def testbed():
+    """The multi-node cluster (`hpcvar dev slurm up --nodes 6 --groups 2 --link-etc`, docs/testbed.md)
+    for a module: its layout, shape and environment; taken down after the module. SLURM_CONF is set
+    in this process too (imports run sacct)."""
+    import time
+
+    from hpcvar.dev import slurm as dev
+    from hpcvar.dev import testbed as tb
+
+    if os.geteuid() != 0:
+        pytest.fail("the testbed needs root")
+    t0 = time.monotonic()
+    up = subprocess.run([sys.executable, "-m", "hpcvar", "dev", "slurm", "up", "--nodes", "6", "--groups", "2",
+                         "--link-etc", *(a for u in TESTBED_USERS for a in ("--extra-user", u))],
+                        capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert up.returncode == 0, up.stdout + up.stderr
+    layout = dev.Layout(dev.state_dir())
+    before = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = str(layout.slurm_conf)
+    yield {"layout": layout, "spec": tb.load_spec(layout.root), "env": dev.slurm_env(layout),
+           "up_s": time.monotonic() - t0, "up": up.stdout}
+    if before is None:
+        os.environ.pop("SLURM_CONF", None)
+    else:
+        os.environ["SLURM_CONF"] = before
+    down = subprocess.run([sys.executable, "-m", "hpcvar", "dev", "slurm", "down"], capture_output=True, text=True,
+                          timeout=300, stdin=subprocess.DEVNULL)
+    assert down.returncode == 0, down.stdout + down.stderr

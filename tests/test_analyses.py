@@ -12,13 +12,12 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from conftest import SALT, per_seed_group
+from conftest import SALT
 from hpcvar.analyses import deviation, neighbourhood
 from hpcvar.analyses.common import step_frame
 from hpcvar.anonymise import Pseudonymiser
 from hpcvar.settings import DeviationSettings
 
-SEEDS = (0, 1)
 
 
 def pseudo(name):
@@ -126,15 +125,6 @@ def test_deviation_centres_with_training_means_only():
 
 
 # --- recovery of planted truth (paper preset, two seeds) ---------------------------------------
-
-@pytest.fixture(scope="module", params=per_seed_group("paper", SEEDS))
-def paper(request, campaign, tmp_path_factory):
-    c = campaign("paper", request.param, 30)
-    out = tmp_path_factory.mktemp(f"analyses-{request.param}")
-    nb = neighbourhood.run(c.dataset, out / "neighbourhood")
-    dv = deviation.run(c.dataset, out / "deviation")
-    return c, nb, dv, out
-
 
 def test_neighbourhood_ranks_planted_culprits_on_top(paper):
     c, nb, _, _ = paper

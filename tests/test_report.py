@@ -22,8 +22,8 @@ def test_sections_without_analyses_say_so(campaign, tmp_path):
     c = campaign("demo", 0, 15)
     result = build(c.dataset, tmp_path / "report.html", figures_dir=tmp_path / "figures")
     secs = result["sections"]
-    for name in ("neighbourhood", "deviation", "forecast", "background", "distributions", "regression",
-                 "interference"):
+    for name in ("findings", "neighbourhood", "deviation", "forecast", "background", "distributions", "regression",
+                 "explained", "interference"):
         assert secs[name]["empty"] and not secs[name]["figures"], name
     runs = pd.read_parquet(c.dataset / "runs")
     datasets = sorted(runs["dataset"].unique())
@@ -205,6 +205,12 @@ def test_report_loads_without_errors_and_every_section_has_figures(page, main_jo
             text = sec.inner_text()
             assert "sqlite:///" in text and "mlflow ui --backend-store-uri" in text and "snakemake" in text
             assert "preset: demo" in text  # the configuration the run used
+            continue
+        if sid == "findings":
+            # One line per dataset, text only, each linking to evidence that is on the page.
+            assert sec.locator("figure").count() == 0 and "slowest run took" in sec.inner_text()
+            hrefs = sec.locator("a[href^='#']").evaluate_all("els => els.map(e => e.getAttribute('href'))")
+            assert hrefs and all(pg.locator(f'[id="{h[1:]}"]').count() == 1 for h in hrefs), hrefs
             continue
         assert not sec.locator("[data-empty]").count(), sid  # the demo campaign has data for every section
         imgs = sec.locator("figure img")

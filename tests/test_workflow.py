@@ -70,6 +70,7 @@ def test_every_summary_reads_back_through_its_typed_result(main_job):
     from hpcvar.results.compare import CompareResult
     from hpcvar.results.deviation import DeviationResult
     from hpcvar.results.distributions import DistributionsResult
+    from hpcvar.results.explain import ExplainResult
     from hpcvar.results.forecast import ForecastResult
     from hpcvar.results.interference import InterferenceResult
     from hpcvar.results.neighbourhood import NeighbourhoodResult
@@ -77,7 +78,7 @@ def test_every_summary_reads_back_through_its_typed_result(main_job):
     assert main_job.result.returncode == 0, main_job.result.stderr[-3000:]
     analyses = main_job.results / "analyses"
     kinds = (NeighbourhoodResult, DeviationResult, ForecastResult, DistributionsResult, CompareResult,
-             InterferenceResult)
+             InterferenceResult, ExplainResult)
     assert {k.NAME for k in kinds} == {p.name for p in analyses.iterdir() if (p / "summary.json").is_file()}
     for kind in kinds:
         result = kind.read(analyses / kind.NAME)
@@ -114,7 +115,8 @@ def test_snakemake_report(main_job):
     assert len(figures) >= 6 * 6  # per dataset: steps, MPI, top users, relevance, forecast grid, placement
     added = {line.split("Adding ", 1)[1].split(" (")[0] for line in out.stderr.splitlines() if "Adding " in line}
     assert {f.name for f in figures} <= added
-    for category in ("campaign", "datasets", "neighbourhood", "deviation", "forecast", "placement", "report"):
+    for category in ("campaign", "datasets", "neighbourhood", "deviation", "forecast", "placement", "explained",
+                     "report"):
         assert f'"{category}"' in html, category
     for dataset in ("amg-128", "milc-512", "umt-128"):
         assert f'"{dataset}"' in html

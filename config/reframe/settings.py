@@ -56,6 +56,11 @@ TESTBED_MPI = [
     ["OMPI_MCA_hwloc_base_binding_policy", "none"],
     # Every node shares this host's two cores: waiting ranks yield them instead of spinning.
     ["OMPI_MCA_mpi_yield_when_idle", "1"],
+    # Open MPI 4.1.4's TCP transport, when a rank is starved of CPU during MPI_Init, can take a
+    # peer's first message before its PML is ready and crash (a call through a null handler for
+    # tag 0x41, ob1's match header); its peers then wait for it for ever. End the whole step at
+    # once, so the test fails in seconds and `--max-retries` can run it again.
+    ["SLURM_KILL_BAD_EXIT", "1"],
 ]
 
 def _dev_cluster_partition(features: list[str], max_jobs: int, mpi_env: list) -> dict:

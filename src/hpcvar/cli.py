@@ -123,7 +123,7 @@ def cmd_analysis(a) -> int:
         ANALYSES[a.cmd].from_mapping(config, a.config or "the --set options")
     except SettingsError as exc:
         raise SystemExit(f"hpcvar {a.cmd}: {exc}") from None
-    result = module.run(a.dataset, a.out, config)
+    result = module.run(a.dataset, a.out, config, **({"truth": a.truth} if a.cmd == "forecast" else {}))
     from hpcvar import tracking
 
     print(f"{a.cmd}: {len(result.datasets)} datasets -> {Path(a.out) / 'summary.json'} "
@@ -147,6 +147,34 @@ def yaml_value(text: str):
     import yaml
 
     return yaml.safe_load(text)
+
+
+def cmd_explain(a) -> int:
+    """One run explained (text, or JSON with --json); without RUN_ID, every run (--out)."""
+
+    import yaml
+
+    from hpcvar.analyses import explain
+    from hpcvar.settings import ExplainSettings, SettingsError
+
+    config = analysis_settings(yaml.safe_load(Path(a.config).read_text()) or {}, "explain") if a.config else {}
+    config.update({k: yaml_value(v) for k, v in _kv(a.set).items()})
+    try:
+        settings = ExplainSettings.from_mapping(config, a.config or "the --set options")
+        if a.run_id is None:
+            if not a.out:
+                raise SystemExit("hpcvar explain: name a RUN_ID, or --out DIR to explain every run")
+            result = explain.run(a.dataset, a.out, settings, a.analyses)
+            for d in result.datasets.values():
+                print(d.finding)
+            print(f"explain: {len(result.datasets)} datasets -> {Path(a.out) / 'summary.json'}")
+            return 0
+        e = explain.explain_run(explain.Context(a.dataset, a.analyses, settings), a.run_id)
+    except (explain.ExplainError, SettingsError) as exc:
+        print(f"hpcvar explain: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(e.model_dump(mode="json"), indent=1) if a.json else explain.render(e))
+    return 0
 
 
 def cmd_compare(a) -> int:
@@ -231,7 +259,7 @@ def cmd_sample(a) -> int:
     try:
         kwargs = {"cxi_counters": patterns} if patterns else {}
         return run(a.out, interval=a.interval, sources=sources, sysfs_root=a.sysfs_root,
-                   duration=a.duration, **kwargs)
+                   duration=a.duration, proc_root=a.proc_root, **kwargs)
     except ValueError as exc:
         print(f"hpcvar sample: {exc}", file=sys.stderr)
         return 2
@@ -255,9 +283,11 @@ def cmd_campaign(a) -> int:
                 raise SystemExit(f"hpcvar campaign round: --env {item!r}: expected NAME=VALUE")
             environment[key] = value
         alongside = {"test": a.alongside, "options": a.alongside_option} if a.alongside else None
+        background = json.loads(a.background) if a.background else None
         return rounds.run_round(a.report, config=a.reframe_config, system=a.system, checks=a.checks,
                                 tests=a.tests, options=a.option, prefix=a.prefix, environment=environment,
-                                alongside=alongside)
+                                alongside=alongside, background=background, topology=a.topology,
+                                round_index=a.round_index)
     if a.action == "request":
         print(f"round {rounds.request(a.results, a.id)} requested: run the workflow to run it")
         return 0
@@ -394,6 +424,10 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                        help="override one setting, e.g. --set folds=5 (value is YAML; repeatable); settings: "
                             f"{', '.join(ANALYSES[name].model_fields)} (defaults and meaning: docs/settings.md)")
+        if name == "forecast":
+            s.add_argument("--truth", metavar="TRUTH_JSON",
+                           help="the simulator's truth.json: its oracle's error (truth_oracle.parquet beside it) is "
+                                "reported beside the models'")
         s.set_defaults(func=cmd_analysis)
 
     from hpcvar.defaults import REFRAME_CONFIG
@@ -429,6 +463,26 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--no-figures", action="store_true", help="skip the per-pair SVG figures")
     add_options(s, CompareSettings)  # --alpha, --min-effect, ...: docs/settings.md
     s.set_defaults(func=cmd_compare)
+
+    s = sub.add_parser("explain", help="why was this run slow? its slowdown split into causes, with the evidence",
+                       description="How much slower the run was than its dataset's typical (median) run, where in "
+                                   "time, and the causes -- neighbours, network congestion, placement, I/O, CPU and "
+                                   "memory load -- ranked by the seconds each accounts for, from the deviation and "
+                                   "neighbourhood analyses' outputs (run them first). Exit 2: unknown run or no "
+                                   "analyses.")
+    s.add_argument("dataset", help="dataset directory written by `hpcvar collate`")
+    s.add_argument("run_id", nargs="?", metavar="RUN_ID",
+                   help="the run (runs.run_id, e.g. cray-12345); omit it with --out to explain every run")
+    s.add_argument("--analyses", metavar="DIR",
+                   help="the analyses' output directory (default: DATASET/../analyses, the workflow's layout)")
+    s.add_argument("--json", action="store_true", help="print the explanation as JSON")
+    s.add_argument("--out", metavar="DIR", help="without RUN_ID: write summary.json (every dataset's findings and "
+                                                "slowest runs) and <dataset>/runs.csv (every run's verdict) here")
+    s.add_argument("--config", help="YAML file with the settings (the workflow's config: its 'analyses: explain:')")
+    s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override one setting (value is YAML; repeatable); settings: "
+                        f"{', '.join(ANALYSES['explain'].model_fields)} (defaults and meaning: docs/settings.md)")
+    s.set_defaults(func=cmd_explain)
 
     s = sub.add_parser("report", help="write the self-contained HTML report for facility staff",
                        description="One HTML file (figures inline, works offline) from the dataset and the "
@@ -480,10 +534,11 @@ def build_parser() -> argparse.ArgumentParser:
                                    "--out 'counters.{hostname}.csv' & (docs/counters.md).")
     s.add_argument("--out", required=True, help="CSV file to write; {hostname} is replaced by the node's name")
     s.add_argument("--interval", type=float, default=1.0, help="seconds between samples (default 1.0)")
-    s.add_argument("--sources", default="net,infiniband,cxi",
-                   help="comma-separated: net, infiniband, cxi (absent ones are recorded, not errors)")
+    s.add_argument("--sources", default="net,infiniband,cxi,psi",
+                   help="comma-separated: net, infiniband, cxi, psi (absent ones are recorded, not errors)")
     s.add_argument("--duration", type=float, help="stop after this many seconds (default: run until signalled)")
     s.add_argument("--sysfs-root", default="/sys", help="root of the sysfs tree to read (default /sys)")
+    s.add_argument("--proc-root", default="/proc", help="root of the proc tree (pressure/) to read (default /proc)")
     s.add_argument("--cxi-counters", help="comma-separated shell patterns of Cassini telemetry names "
                                           "(default: the CXI summary groups; '*' for all)")
     s.set_defaults(func=cmd_sample)
@@ -510,6 +565,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "(e.g. Aggressor): a known neighbour of every run")
     s.add_argument("--alongside-option", action="append", default=[], metavar="ARG",
                    help="extra ReFrame argument of the job alongside (repeatable)")
+    s.add_argument("--background", metavar="JSON",
+                   help="other users' jobs with planted causes around the round (campaign.background, as JSON)")
+    s.add_argument("--topology", help="topology map the background jobs are placed on")
+    s.add_argument("--round-index", type=int, help="the round's number (1-based): the background's random draw")
     s.set_defaults(func=cmd_campaign)
     s = camp.add_parser("request", help="ask for one more round; the next workflow invocation runs it")
     s.add_argument("--results", default="results",
@@ -547,8 +606,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--routing", choices=["minimal", "valiant"], default="minimal",
                    help="up, routing: across groups the direct global link, or (3 groups or more) an "
                         "intermediate group per flow")
-    s.add_argument("--extra-user", default="hpcvar-aggressor",
-                   help="second, unprivileged Unix user to create and register (up; default hpcvar-aggressor)")
+    s.add_argument("--extra-user", action="append",
+                   help="unprivileged Unix user to create and register for other users' jobs (up; repeatable; "
+                        "default hpcvar-aggressor)")
     s.add_argument("--link-etc", action="store_true",
                    help="also symlink /etc/slurm/slurm.conf to the generated one (up; removed by down)")
     s.add_argument("--timeout", type=float, default=60, help="seconds to wait for each daemon (up; default 60)")

@@ -30,6 +30,21 @@ ARIES_ANALOGUE = {
 }
 
 
+_CLASS_WORDS = {"GL": "the global links", "NL": "the node links"}
+_METRIC_WORDS = {"TX_BYTES": "bytes sent on", "TX_PKTS": "packets sent on", "DROPS": "packets dropped on",
+                 "OVERLIMITS": "packets held back by the rate of", "QUEUED_US": "time with a queue on",
+                 "BACKLOG_BMS": "queued bytes over time on"}
+
+
+def meaning(counter: str) -> str | None:
+    """``GL_OVERLIMITS`` -> "packets held back by the rate of the global links"; None for a name
+    that is not a link counter."""
+    cls, _, metric = base_name(counter).partition("_")
+    if cls not in _CLASS_WORDS or metric not in _METRIC_WORDS:
+        return None
+    return f"{_METRIC_WORDS[metric]} {_CLASS_WORDS[cls]}"
+
+
 def base_name(column: str) -> str:
     """``GL_OVERLIMITS#r1`` -> ``GL_OVERLIMITS``."""
     return column.split("#", 1)[0]

@@ -90,6 +90,11 @@ class DeviationSettings(Settings):
     learning_rate: float = Field(0.1, gt=0, description="LightGBM: learning rate.")
     num_leaves: int = Field(15, ge=2, description="LightGBM: leaves per tree.")
     seed: int = Field(0, description="Random seed of the trees.")
+    attribution: list[Literal["job", "placement", "io", "sys"]] = Field(
+        ["job", "placement", "io", "sys"], min_length=1,
+        description="Feature sets of the per-step attribution model, whose contributions (SHAP values) `hpcvar "
+                    "explain` reads: fitted in the same folds as the relevance model on every column of these sets, "
+                    "each step centred on its median over the training runs.")
 
 
 class LightGBMSettings(Settings):
@@ -162,13 +167,26 @@ class ForecastSettings(Settings):
     long_run_min_steps: int = Field(300, ge=1, description="Runs with at least this many steps are long runs.")
     long_run_m: int = Field(30, ge=1, description="Long-run test: steps of context.")
     long_run_k: int = Field(40, ge=1, description="Long-run test: steps per forecast segment.")
-    truth: str | None = Field(None, description="The simulator's truth.json, for its oracle's error beside "
-                                                "the models'; null: none.")
     neighbour_min_nodes: int = Field(NeighbourhoodSettings.model_fields["threshold_nodes"].default, ge=0,
                                      description="Feature set neighbours: only jobs larger than this many nodes "
                                                  "(the neighbourhood analysis's threshold_nodes).")
     neighbour_users: int = Field(16, ge=1, description="Feature set neighbours: the most frequent large-job "
                                                        "users followed.")
+
+
+class ExplainSettings(Settings):
+    """``hpcvar explain``: why one run was slow, and every dataset's slowest runs explained."""
+
+    name: typing.ClassVar[str] = "explain"
+    slowest: int = Field(3, ge=0, description="Slowest runs of each dataset explained in full in the summary (and "
+                                              "the report).")
+    slow_threshold: float = Field(0.2, ge=0, description="A run this much slower than its dataset's typical (median) "
+                                                         "run counts as slow in the findings (0.2: 20%).")
+    alpha: float = Field(0.05, gt=0, lt=1, description="A user is implicated in a dataset's slowdowns when the "
+                                                       "Pearson correlation of run time with their nodes alongside is "
+                                                       "positive at this significance.")
+    min_share: float = Field(0.25, ge=0, le=1, description="The top cause must account for this share of a run's "
+                                                           "excess time; below it the run has no clear cause.")
 
 
 class DistributionsSettings(Settings):
@@ -217,14 +235,16 @@ class CompareSettings(Settings):
 
 #: Every analysis's settings by section name, in report order.
 ANALYSES: dict[str, type[Settings]] = {m.name: m for m in (NeighbourhoodSettings, DeviationSettings,
-                                                            ForecastSettings, DistributionsSettings)}
+                                                            ForecastSettings, DistributionsSettings,
+                                                            ExplainSettings)}
 ALL: dict[str, type[Settings]] = {**ANALYSES, CompareSettings.name: CompareSettings}
 
 
 # --- derived: JSON schema, Markdown, command-line options ------------------------------------------
 
 _SCALARS = {int: "integer", float: "number", bool: "boolean", str: "string"}
-_BOUNDS = {"ge": "minimum", "gt": "exclusiveMinimum", "le": "maximum", "lt": "exclusiveMaximum"}
+_BOUNDS = {"ge": "minimum", "gt": "exclusiveMinimum", "le": "maximum", "lt": "exclusiveMaximum",
+           "min_length": "minItems"}
 
 
 def _type_schema(annotation) -> dict:

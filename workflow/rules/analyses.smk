@@ -43,19 +43,22 @@ rule deviation:
 rule forecast:
     input:
         collated=COLLATED,
+        # The simulator's truth.json (its oracle's error beside the models'), when simulated.
+        truth=[TRUTH] if TRUTH else [],
     output:
         summary=f"{RESULTS}/analyses/forecast/summary.json",
     params:
         hpcvar=HPCVAR,
         dataset=lambda wildcards, input: os.path.dirname(input.collated),
         out=lambda wildcards, output: os.path.dirname(output.summary),
-        settings=analysis_settings("forecast", truth=TRUTH),
+        settings=analysis_settings("forecast"),
+        truth=lambda wildcards, input: f"--truth {input.truth}" if input.truth else "",
     log:
         f"{RESULTS}/logs/forecast.log",
     conda:
         "../envs/hpcvar.yaml"
     shell:
-        "{params.hpcvar} forecast {params.dataset} --out {params.out} {params.settings} > {log} 2>&1"
+        "{params.hpcvar} forecast {params.dataset} --out {params.out} {params.truth} {params.settings} > {log} 2>&1"
 
 
 rule distributions:
@@ -98,3 +101,27 @@ rule compare:
         "{params.hpcvar} compare {params.dataset} --before {params.before} --after {params.after}"
         " {params.settings}"
         " --out {params.out} > {log} 2>&1 || [ $? -eq 1 ]"
+
+
+# Every run's slowdown split into causes (`hpcvar explain`), from what deviation and neighbourhood
+# computed: each dataset's findings and its slowest runs explained, for the report.
+rule explain:
+    input:
+        collated=COLLATED,
+        deviation=f"{RESULTS}/analyses/deviation/summary.json",
+        neighbourhood=f"{RESULTS}/analyses/neighbourhood/summary.json",
+    output:
+        summary=f"{RESULTS}/analyses/explain/summary.json",
+    params:
+        hpcvar=HPCVAR,
+        dataset=lambda wildcards, input: os.path.dirname(input.collated),
+        analyses=lambda wildcards, input: os.path.dirname(os.path.dirname(input.deviation)),
+        out=lambda wildcards, output: os.path.dirname(output.summary),
+        settings=analysis_settings("explain"),
+    log:
+        f"{RESULTS}/logs/explain.log",
+    conda:
+        "../envs/hpcvar.yaml"
+    shell:
+        "{params.hpcvar} explain {params.dataset} --analyses {params.analyses} --out {params.out} {params.settings}"
+        " > {log} 2>&1"

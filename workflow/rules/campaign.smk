@@ -22,8 +22,8 @@ rule campaign_round:
     run:
         # A measurement, not a derived file: the ReFrame arguments are read here rather than
         # declared as params, so changing them for later rounds never re-runs a finished round.
-        shell(f"{HPCVAR} campaign round --report {output.report} --prefix {RESULTS}/reframe {campaign_args()} "
-              f"> {log} 2>&1")
+        shell(f"{HPCVAR} campaign round --report {output.report} --prefix {RESULTS}/reframe "
+              f"{campaign_args(wildcards.round)} > {log} 2>&1")
 
 
 rule import_round:

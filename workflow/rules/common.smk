@@ -99,7 +99,9 @@ def previous_round(wildcards):
     return [f"{RESULTS}/rounds/{ROUNDS[i - 1]}/imported.json"] if i > 0 else []
 
 
-def campaign_args():
+def campaign_args(round_id):
+    """`hpcvar campaign round`'s arguments for a round, quoted for the shell and with braces
+    doubled (shell() formats its string again; campaign.background is JSON)."""
     c = config["campaign"]
     args = ["--reframe-config", c["reframe_config"], "--system", c["system"]]
     args += [a for p in c["checks"] for a in ("--checks", p)]
@@ -109,7 +111,10 @@ def campaign_args():
     if c["alongside"]:
         args += ["--alongside", c["alongside"]["test"]]
         args += [f"--alongside-option={o}" for o in c["alongside"].get("options", [])]
-    return " ".join(shlex.quote(a) for a in args)
+    if c["background"]:
+        args += ["--background", json.dumps(c["background"]), "--topology", c["topology"] or ""]
+    args += ["--round-index", str(ROUNDS.index(round_id) + 1)]
+    return " ".join(shlex.quote(a) for a in args).replace("{", "{{").replace("}", "}}")
 
 
 def collate_input(wildcards):

@@ -2,7 +2,7 @@
 # in it registered by section (category) and dataset (subcategory). `hpcvar report` draws nothing
 # the analyses already drew: their numbers and figures come from their summary.json files.
 
-ANALYSES = (["neighbourhood", "deviation", "forecast", "distributions"] + (["compare"] if COMPARE else [])
+ANALYSES = (["neighbourhood", "deviation", "forecast", "distributions", "explain"] + (["compare"] if COMPARE else [])
             + (["interference"] if config["interference"]["experiment"] else []))
 
 

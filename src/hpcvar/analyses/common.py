@@ -13,6 +13,10 @@ from hpcvar.dataset import Dataset
 FEATURE_SETS = ("job", "placement", "io", "sys", "neighbours")
 #: Prefix of the neighbour-presence feature columns (:func:`neighbour_presence`).
 NEIGHBOUR_PREFIX = "nbr_"
+#: Prefix of the node samplers' pressure stall counters (``psi.cpu_some_us``, ...): per node, not
+#: per router; ``psi.cpu_`` is how much the CPUs held the job back.
+PSI_PREFIX = "psi."
+CPU_PRESSURE = "psi.cpu_some_us"
 
 
 def load(dataset_dir: str | Path, tables=("runs", "steps", "step_counters", "system_counters")) -> dict:
@@ -31,17 +35,22 @@ def datasets(runs: pd.DataFrame, min_runs: int = 2) -> list[str]:
 def step_frame(data: dict, dataset: str) -> pd.DataFrame:
     """One row per (run, step) of ``dataset``: step time, job counters per router, placement,
     and system counters (``io_<C>``, ``sys_<C>``). Counters are divided by the run's router
-    count so runs with more fragmented placements are comparable."""
-    runs = data["runs"][data["runs"]["dataset"] == dataset][["run_id", "num_routers", "num_groups", "start"]]
+    count so runs with more fragmented placements are comparable; the node samplers' pressure
+    stall counters (``psi.*``) by its node count (they are per node)."""
+    runs = data["runs"][data["runs"]["dataset"] == dataset][["run_id", "num_routers", "num_groups", "num_nodes",
+                                                            "start"]]
     steps = data["steps"].merge(runs[["run_id"]], on="run_id")[["run_id", "step", "duration_s"]]
-    frame = steps.merge(runs[["run_id", "num_routers", "num_groups"]], on="run_id")
+    frame = steps.merge(runs[["run_id", "num_routers", "num_groups", "num_nodes"]], on="run_id")
     sc = data["step_counters"]
     sc = sc[sc["run_id"].isin(runs["run_id"])]
     if not sc.empty:
         wide = sc.pivot_table(index=["run_id", "step"], columns="counter", values="value").reset_index()
         frame = frame.merge(wide, on=["run_id", "step"], how="left")
         counters = [c for c in wide.columns if c not in ("run_id", "step")]
-        frame[counters] = frame[counters].div(frame["num_routers"], axis=0)
+        per_node = [c for c in counters if c.startswith(PSI_PREFIX)]
+        per_router = [c for c in counters if c not in per_node]
+        frame[per_router] = frame[per_router].div(frame["num_routers"], axis=0)
+        frame[per_node] = frame[per_node].div(frame["num_nodes"], axis=0)
     sysc = data.get("system_counters")
     if sysc is not None and not sysc.empty:
         sysc = sysc[sysc["run_id"].isin(runs["run_id"])]
@@ -51,7 +60,7 @@ def step_frame(data: dict, dataset: str) -> pd.DataFrame:
             frame = frame.merge(wide, on=["run_id", "step"], how="left")
     order = runs.sort_values("start")["run_id"]
     frame["run_order"] = frame["run_id"].map({r: i for i, r in enumerate(order)})
-    return frame.sort_values(["run_order", "step"]).reset_index(drop=True)
+    return frame.drop(columns="num_nodes").sort_values(["run_order", "step"]).reset_index(drop=True)
 
 
 def feature_columns(frame: pd.DataFrame, feature_set: str) -> list[str]:
@@ -61,7 +70,8 @@ def feature_columns(frame: pd.DataFrame, feature_set: str) -> list[str]:
     from hpcvar.linkcounters import LINK_COUNTERS
 
     if feature_set == "job":
-        return [c for c in (*TABLE2, *LINK_COUNTERS) if c in frame.columns]
+        return [c for c in (*TABLE2, *LINK_COUNTERS) if c in frame.columns] + sorted(
+            c for c in frame.columns if c.startswith(PSI_PREFIX))
     if feature_set == "placement":
         return ["num_routers", "num_groups"]
     if feature_set in ("io", "sys"):

@@ -7,6 +7,13 @@ regressor with recursive feature elimination (scikit-learn RFE) is fitted inside
 cross-validation grouped by run (no steps of one run on both sides; the per-step means come from
 the training runs only). A counter's relevance is the share of folds that keep it, ties broken
 by its mean gain; the reconstructed step time gives the MAPE the paper reports (< 5%).
+
+In the same folds, a second LightGBM model is fitted on every column of the ``attribution``
+feature sets (job counters, placement, I/O and system counters), each step centred on its
+*median* over the training runs, and its out-of-fold prediction for every held-out step is split
+into per-feature contributions (LightGBM's SHAP values, ``pred_contrib``). These are written per
+dataset (``attribution.parquet``) for :mod:`hpcvar.analyses.explain`, which turns them into
+seconds of one run's slowdown per cause.
 """
 
 from __future__ import annotations
@@ -22,7 +29,8 @@ from sklearn.feature_selection import RFE
 from sklearn.model_selection import GroupKFold
 
 from hpcvar import tracking
-from hpcvar.analyses.common import datasets, feature_columns, load, mape, savefig, step_frame, subplots
+from hpcvar.analyses.common import (CPU_PRESSURE, datasets, feature_columns, load, mape, savefig, step_frame,
+                                    subplots)
 from hpcvar.results.deviation import DeviationDataset, DeviationResult
 from hpcvar.settings import DeviationSettings
 
@@ -60,7 +68,9 @@ def cross_validate(frame: pd.DataFrame, counters: list[str], cfg: dict, label: s
         predictions[test[keep]] = pred
         gain = pd.Series(rfe.estimator_.booster_.feature_importance("gain"),
                          index=np.array(counters)[rfe.support_])
-        folds.append({"fold": i, "selected": list(gain.index), "gain_share": (gain / gain.sum()).to_dict(),
+        # A model that made no split (too few steps to split on) gives every counter a zero share.
+        share = gain / gain.sum() if gain.sum() > 0 else gain * 0.0
+        folds.append({"fold": i, "selected": list(gain.index), "gain_share": share.to_dict(),
                       "ranking": dict(zip(counters, rfe.ranking_.tolist())),
                       "mape": mape(te.loc[keep, "duration_s"], pred), "test_runs": int(te["run_id"].nunique()),
                       "seconds": time.perf_counter() - t0})
@@ -75,6 +85,65 @@ def cross_validate(frame: pd.DataFrame, counters: list[str], cfg: dict, label: s
     ok = ~np.isnan(predictions)
     return {"folds": folds, "relevance": relevance, "predictions": predictions,
             "mape": mape(frame.loc[ok, "duration_s"], predictions[ok])}
+
+
+#: Columns of ``attribution.parquet`` besides one contribution column per feature.
+ATTRIBUTION_META = ("run_id", "step", "duration_s", "typical_s", "predicted_rel", "bias")
+
+
+def centre_on(frame: pd.DataFrame, columns: list[str], reference: pd.DataFrame) -> pd.DataFrame:
+    """Relative deviation of ``columns`` from a per-step ``reference`` (index: step); where the
+    reference is 0 (a counter that did not move), the plain difference."""
+    m = reference.reindex(frame["step"])[columns].to_numpy()
+    x = frame[columns].to_numpy(dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.where(m != 0, (x - m) / np.where(m != 0, m, 1.0), x - m)
+    return pd.DataFrame(rel, columns=columns, index=frame.index)
+
+
+def attribute(frame: pd.DataFrame, features: list[str], cfg: dict, label: str = "") -> pd.DataFrame:
+    """Out-of-fold per-step contributions: for every step of every run, the step's median over
+    the *other* folds' runs (``typical_s``), the model's predicted relative deviation from it
+    (``predicted_rel``), the model's base value (``bias``) and one column per feature (its SHAP
+    value; they and ``bias`` sum to ``predicted_rel``). Steps no training run reached are left out."""
+    groups = frame["run_id"].to_numpy()
+    n_folds = min(cfg["folds"], len(np.unique(groups)))
+    parts = []
+    for train, test in GroupKFold(n_splits=n_folds).split(frame, groups=groups):
+        tr, te = frame.iloc[train], frame.iloc[test]
+        medians = tr.groupby("step")[["duration_s", *features]].median()
+        te = te[te["step"].isin(medians.index)]
+        if te.empty:
+            continue
+        model = _model(cfg).fit(centre_on(tr, features, medians).fillna(0),
+                                centre_on(tr, ["duration_s"], medians)["duration_s"])
+        contrib = model.predict(centre_on(te, features, medians).fillna(0), pred_contrib=True)
+        part = pd.DataFrame(contrib[:, :-1], columns=features, index=te.index)
+        part.insert(0, "bias", contrib[:, -1])
+        part.insert(0, "predicted_rel", contrib.sum(axis=1))
+        part.insert(0, "typical_s", medians.loc[te["step"], "duration_s"].to_numpy())
+        for col in ("duration_s", "step", "run_id"):
+            part.insert(0, col, te[col].to_numpy())
+        parts.append(part)
+    print(f"deviation: {label} attribution over {len(features)} features in {n_folds} folds", file=sys.stderr,
+          flush=True)
+    return pd.concat(parts).sort_index().reset_index(drop=True) if parts else pd.DataFrame(
+        columns=[*ATTRIBUTION_META, *features])
+
+
+def cpu_pressure_r2(frame: pd.DataFrame) -> float | None:
+    """How much of the step-time spread the CPU load explains: the squared correlation of each
+    step's relative deviation (from that step's mean over runs) with its share of time under CPU
+    pressure (:data:`CPU_PRESSURE`, per node, over the step's duration). None without the counter
+    (no pressure stall sampling) or with a constant one."""
+    if CPU_PRESSURE not in frame.columns or frame[CPU_PRESSURE].isna().all():
+        return None
+    share = frame[CPU_PRESSURE] / 1e6 / frame["duration_s"]
+    deviation = frame["duration_s"] / frame.groupby("step")["duration_s"].transform("mean") - 1
+    ok = share.notna() & deviation.notna()
+    if ok.sum() < 3 or share[ok].std() == 0 or deviation[ok].std() == 0:
+        return None
+    return float(np.corrcoef(share[ok], deviation[ok])[0, 1] ** 2)
 
 
 def _figure(relevance: pd.DataFrame, name: str, path: Path) -> Path:
@@ -121,6 +190,13 @@ def run(dataset_dir: str | Path, out_dir: str | Path, config: dict | None = None
             "top_counter": rel["counter"].iloc[0], "relevance": rel.to_dict("records"),
             "final_selected": selected, "below_paper_bound": result["mape"] < PAPER_MAPE,
         }
+        features = [c for fs in cfg["attribution"] for c in feature_columns(frame, fs) if frame[c].notna().any()]
+        attribute(frame, features, cfg, label=name).to_parquet(out_dir / DeviationDataset.attribution_table(name),
+                                                               index=False)
+        cpu_r2 = cpu_pressure_r2(frame)
+        if cpu_r2 is not None:
+            summary["datasets"][name]["cpu_pressure_r2"] = cpu_r2
+        summary["datasets"][name]["attribution_features"] = features
         fitted[name] = (frame, x_all[selected], final.estimator_, result)
     summary["mlflow"] = _log(dataset_dir, out_dir, cfg, fitted, summary)
     result = DeviationResult.build(summary)

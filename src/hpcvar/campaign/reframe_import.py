@@ -35,8 +35,10 @@ from pathlib import Path
 from hpcvar.fileio import atomic_path, atomic_write_text
 from hpcvar.parsers import ldms, node_counters
 from hpcvar.parsers.errors import ParseError
+from hpcvar.parsers.reframe import final_attempts
 from hpcvar.progress import Progress
-from hpcvar.rawlayout import SYSTEM_FILE, is_complete, read_system, write_manifest, write_system
+from hpcvar.rawlayout import (APP_OUTPUT, COUNTERS, MPIP_SUFFIX, RUNS_DIR, RUN_LDMS_DIR, SACCT, STDOUT, SYSTEM_FILE,
+                              TOPOLOGY, is_complete, read_system, write_manifest, write_system)
 
 #: sacct fields written to sacct.txt (collate needs User, Submit, Start, End, State, NNodes, NodeList).
 SACCT_FORMAT = "JobID,JobName,User,Account,Partition,Submit,Start,End,Elapsed,Timelimit,State,ExitCode,NNodes,NodeList"
@@ -148,7 +150,7 @@ def slice_ldms(case: dict, run_dir: Path, store: Path | None, margin: float) -> 
     files = sorted(p for p in store.iterdir() if p.is_file() and not p.name.startswith("."))
     if not files:
         return [], [f"LDMS: store {store} is empty"]
-    written = ldms.slice_window(files, float(start) - margin, float(end) + margin, run_dir / "ldms")
+    written = ldms.slice_window(files, float(start) - margin, float(end) + margin, run_dir / RUN_LDMS_DIR)
     if not written:
         return [], [f"LDMS: store {store} has no samples between {_iso(float(start) - margin)} and "
                     f"{_iso(float(end) + margin)}"]
@@ -159,7 +161,7 @@ def import_case(case: dict, session: dict, raw: Path, sacct: str = "sacct", ldms
                 ldms_margin: float = 60.0) -> str | None:
     """One test case -> ``runs/<run_id>/``; returns the run id, or None when already imported."""
     run_id = run_id_of(case, session["uuid"])
-    run_dir = raw / "runs" / run_id
+    run_dir = raw / RUNS_DIR / run_id
     if is_complete(run_dir):
         return None
     passed = case.get("result") == "pass"
@@ -176,18 +178,18 @@ def import_case(case: dict, session: dict, raw: Path, sacct: str = "sacct", ldms
     kind = "microbenchmark" if program in MICROBENCHMARKS else "app"
     files, notes = [], []
     for f in sorted(outdir.iterdir()):
-        if f.is_file() and (f.suffix == ".csv" or f.name.endswith(".mpiP")):
+        if f.is_file() and (f.suffix == ".csv" or f.name.endswith(MPIP_SUFFIX)):
             _copy(f, run_dir / f.name)
             files.append(f.name)
-    stdout = outdir / ("app.out" if kind == "app" else case.get("job_stdout") or "rfm_job.out")
+    stdout = outdir / (APP_OUTPUT if kind == "app" else case.get("job_stdout") or "rfm_job.out")
     if stdout.exists():
-        _copy(stdout, run_dir / "stdout.txt")
-        files.append("stdout.txt")
+        _copy(stdout, run_dir / STDOUT)
+        files.append(STDOUT)
     elif passed:
         raise ParseError(stdout, f"job output of {case['display_name']} not kept in the output directory")
     if case.get("scheduler") != "local":
-        collect_sacct(case, run_dir / "sacct.txt", sacct)
-        files.append("sacct.txt")
+        collect_sacct(case, run_dir / SACCT, sacct)
+        files.append(SACCT)
     if not passed:
         notes.append(f"ReFrame: {case.get('fail_phase')} failed: {case.get('fail_reason')}")
     else:
@@ -198,13 +200,13 @@ def import_case(case: dict, session: dict, raw: Path, sacct: str = "sacct", ldms
     if kind == "app" and samples and passed:
         from hpcvar.parsers import apps
 
-        steps = apps.read(run_dir / "stdout.txt").steps
+        steps = apps.read(run_dir / STDOUT).steps
         table = node_counters.step_deltas([node_counters.read(p) for p in samples], steps)
         try:
-            node_counters.write_step_counters(run_dir / "counters.csv", table)
-            files.append("counters.csv")
+            node_counters.write_step_counters(run_dir / COUNTERS, table)
+            files.append(COUNTERS)
         except ValueError as exc:  # samples do not cover every step: the run stays, without counters
-            (run_dir / "counters.csv").unlink(missing_ok=True)
+            (run_dir / COUNTERS).unlink(missing_ok=True)
             notes.append(f"counters.csv not written: {exc}")
     app = MICROBENCHMARKS.get(program) or str(case.get("app_name") or program)
     manifest = {
@@ -280,7 +282,7 @@ def _ensure_system(raw: Path, system: str, nodes: set[str], topology: Path | Non
     group (no network structure known)."""
     raw.mkdir(parents=True, exist_ok=True)
     if not (raw / SYSTEM_FILE).exists():
-        topo_name = topology.name if topology else "topology.csv"
+        topo_name = topology.name if topology else TOPOLOGY
         # sacct prints the cluster's local time: the importing (login) node's zone.
         write_system(raw, {"system": system, "timezone": _local_timezone(), "topology": topo_name})
     doc = read_system(raw)
@@ -309,7 +311,7 @@ def import_reports(reports: list[str | Path], raw: str | Path, topology: str | P
             session, runs = doc["session_info"], doc["runs"]
         except (json.JSONDecodeError, KeyError) as exc:
             raise ParseError(report, f"not a ReFrame JSON run report ({exc})") from exc
-        loaded.append((report, session, [c for run in runs[-1:] for c in run["testcases"]]))  # after --max-retries
+        loaded.append((report, session, final_attempts(runs)))  # a retried failure gives way to its retry
     # Every report is read and the raw directory checked before anything is written.
     check_raw_dir(raw, {c["system"] for _, _, cases in loaded for c in cases if _importable(c)},
                   Path(topology) if topology else None)

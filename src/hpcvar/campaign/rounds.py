@@ -18,6 +18,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 #: Variables of ``environment`` that name paths: relative ones are taken from the current directory
@@ -82,7 +83,8 @@ def _stop_alongside(proc: subprocess.Popen, job_name: str, env: dict) -> None:
 
 def run_round(report: str | Path, *, config: str, system: str, checks: list[str], tests: list[str],
               options: list[str], prefix: str | Path, environment: dict[str, str] | None = None,
-              alongside: dict | None = None) -> int:
+              alongside: dict | None = None, background: dict | None = None, topology: str | None = None,
+              round_index: int | None = None) -> int:
     """Run one round; returns 0 when ReFrame wrote its report (failed tests included).
 
     ReFrame runs in the current directory (the workflow's: the project directory), so relative
@@ -91,7 +93,10 @@ def run_round(report: str | Path, *, config: str, system: str, checks: list[str]
     ``environment`` is added to ReFrame's environment (``HPCVAR_RFM_SIZE``,
     ``HPCVAR_SOURCE_MIRROR``, ...). ``alongside`` (``{test, options}``) starts that ReFrame test of
     ``checks`` as a job of its own before the round and cancels it after: a known neighbour
-    (the suite's ``Aggressor``) in every run's neighbourhood.
+    (the suite's ``Aggressor``) in every run's neighbourhood. ``background`` (``campaign.background``:
+    other users' jobs with planted causes, :mod:`hpcvar.campaign.background`) is placed on
+    ``topology``'s nodes for round number ``round_index``, submitted before the round and cancelled
+    after it; what was planted goes to the campaign's truth file.
     """
     missing = [f"{option} {path}" for option, path in (("--reframe-config", config), *(("--checks", c) for c in checks))
                if not Path(path).exists()]
@@ -110,6 +115,23 @@ def run_round(report: str | Path, *, config: str, system: str, checks: list[str]
     partial.unlink(missing_ok=True)
     cmd = reframe_command(partial, config, system, checks, tests, options)
     job_name = f"hpcvar-alongside-{report.parent.name}"
+    planted, bg, bg_ids = None, None, []
+    if background:
+        from hpcvar.campaign import background as bgmod
+
+        bg = bgmod.Background.from_config(background, topology)
+        planted = bgmod.plan(bg, report.parent.name, round_index or 1)
+        bgmod.set_fabric(bg, planted)
+        bg_ids = bgmod.submit(planted, report.parent.parent.parent, env)
+        who = ", ".join(f"{j['user']} ({j['kind']}) on {','.join(j['nodes'])}" for j in planted.jobs) or "none"
+        print(f"campaign round: background: {who}; global links {planted.global_rate}", flush=True)
+        try:
+            bgmod.wait_running(bg_ids, env)
+        except bgmod.BackgroundError:
+            bgmod.cancel(bg_ids, env)
+            raise
+        time.sleep(bg.settle_s)
+        planted.start = time.time()
     side = (_start_alongside(alongside, config=config, system=system, checks=checks, env=env,
                              round_prefix=round_prefix, job_name=job_name) if alongside else None)
     print("campaign round:", " ".join(cmd), flush=True)
@@ -118,6 +140,10 @@ def run_round(report: str | Path, *, config: str, system: str, checks: list[str]
     finally:
         if side is not None:
             _stop_alongside(side, job_name, env)
+        if planted is not None:
+            planted.end = time.time()
+            bgmod.cancel(bg_ids, env)
+            bgmod.record(report.parent.parent.parent, planted, bg)
     if not partial.exists():
         print(f"campaign round: ReFrame exited {proc.returncode} without a run report ({partial}); "
               "the round will be run again", file=sys.stderr)

@@ -4,10 +4,11 @@ of its window (``benchmarks/bench_testbed.py`` prints the table; tests/test_test
 Backgrounds, each another Unix user's Slurm job (the second user of ``hpcvar dev slurm up``):
 
 * ``alone``: nothing;
-* ``aggressor-across``: the suite's aggressor (uniform-random messages) on two nodes in different
-  groups, so its traffic crosses the global link the victim uses;
-* ``aggressor-inside``: the same aggressor on two nodes of one group: as much traffic and CPU,
-  none of it on the global link;
+* ``aggressor-across``: TCP traffic both ways as fast as the links allow (the planted culprit's
+  generator of a testbed campaign, ``hpcvar.campaign.background.TRAFFIC``: iperf3 in the kernel,
+  little CPU) between two nodes in different groups, so it crosses the global link the victim uses;
+* ``aggressor-inside``: the same traffic between two nodes of one group: as much traffic, none of
+  it on the global link;
 * ``cpu``: busy loops on two nodes, no traffic: what the two shared CPUs alone do.
 
 The victim is the collectives microbenchmark (a 2-rank allreduce, every iteration timed) on two
@@ -26,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from hpcvar.campaign.background import TRAFFIC
 from hpcvar.dev.testbed import TestbedSpec
 from hpcvar.parsers import ldms, microbenchmarks
 
@@ -77,9 +79,15 @@ def start_background(kind: str, nodes: tuple[str, str], bindir: Path, work: Path
     if kind == "cpu":
         step = f"srun -N2 -n4 -w {','.join(nodes)} timeout {duration:.0f} sh -c 'while :; do :; done'"
     else:
-        out = Path(work) / f"aggressor-{time.monotonic_ns()}.csv"
-        step = (f"srun -N2 -n2 -w {','.join(nodes)} --mpi=pmix {bindir}/hpcvar-aggressor -p uniform-random "
-                f"-s 262144 -m 4 -c 0.001 -d {duration:.0f} -o {out}")
+        # An MPI traffic generator needs the CPUs to progress its messages (rendezvous, TCP
+        # fragments): with the two cores busy elsewhere its traffic, and so its effect, shrank by
+        # half. Kernel TCP keeps the link full whatever the CPUs do.
+        tag = Path(work) / f"aggressor-{time.monotonic_ns()}"
+        script = tag.with_suffix(".sh")
+        script.write_text("#!/bin/sh\n" + TRAFFIC.format(server=f"{tag}.server-addr", port=5299, log=tag,
+                                                         bitrate=0, duration=f"{duration:.0f}") + "\n")
+        script.chmod(0o755)
+        step = f"srun -N2 -n2 --ntasks-per-node=1 -w {','.join(nodes)} {script}"
     cmd = ["runuser", "-u", user, "--", "sh", "-c", step]
     return subprocess.Popen(cmd, env=_env(slurm_env), cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 

@@ -312,6 +312,25 @@ def build(spec: TestbedSpec, state: Path, head: str) -> None:
     (state / "etc" / "testbed.json").write_text(json.dumps(spec.as_dict(), indent=1) + "\n")
 
 
+def global_rate(spec: TestbedSpec) -> str:
+    """The rate the global links are shaped to now (tc's own notation, e.g. 50Mbit)."""
+    a, b = spec.global_links[0]
+    out = _tc("-j", "qdisc", "show", "dev", spec.router(b), ns=spec.router_ns(a))
+    for qdisc in json.loads(out.stdout or "[]"):
+        if qdisc.get("kind") == "tbf":
+            return f"{int(qdisc['options']['rate']) * 8 // 1_000_000}mbit"
+    raise TestbedError(f"no tbf queue on the global link {spec.router(a)}-{spec.router(b)}")
+
+
+def set_global_rate(spec: TestbedSpec, rate: str) -> None:
+    """Shape every global link end to ``rate`` (a planted upgrade of the fabric); node links stay."""
+    if not RATE_RE.match(rate):
+        raise TestbedError(f"rate {rate!r}: expected a tc rate such as 35mbit")
+    for a, b in spec.global_links:
+        shape(spec.router_ns(a), spec.router(b), rate, spec.global_delay_ms, spec)
+        shape(spec.router_ns(b), spec.router(a), rate, spec.global_delay_ms, spec)
+
+
 def _require_netem() -> None:
     probe = f"{NS_PREFIX}netem"
     _run(["ip", "netns", "add", probe], check=False)

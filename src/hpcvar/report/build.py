@@ -23,6 +23,7 @@ from hpcvar.report import figures as F
 from hpcvar.results import Record, Result
 from hpcvar.results.compare import CompareResult
 from hpcvar.results.deviation import DeviationResult
+from hpcvar.results.explain import LABELS, ExplainDataset, ExplainResult, RunExplanation
 from hpcvar.results.distributions import (Conditions, Description, DistributionsDataset, DistributionsResult,
                                           HistogramSummary, Histograms)
 from hpcvar.results.forecast import REPORTED_MODELS, ForecastResult
@@ -31,8 +32,8 @@ from hpcvar.results.neighbourhood import NeighbourhoodResult, PearsonRankedUser,
 from hpcvar.summary import dataset_summary
 
 #: Section ids, in report order (the browser test and the Snakemake categories use them).
-SECTIONS = ("campaign", "datasets", "neighbourhood", "deviation", "forecast", "placement", "background",
-            "distributions", "regression", "interference", "provenance")
+SECTIONS = ("findings", "campaign", "datasets", "neighbourhood", "deviation", "forecast", "placement", "background",
+            "distributions", "regression", "explained", "interference", "provenance")
 
 R = TypeVar("R", bound=Result)
 
@@ -69,12 +70,18 @@ class Table:
 
 @dataclass
 class Part:
-    """A sub-section (one dataset, usually)."""
+    """A sub-section (one dataset, usually); its anchor is ``<section>--<slug of the title>``
+    (:func:`anchor`), which ``links`` (label, anchor) of other parts point at."""
 
     title: str
     reading: str = ""
     figures: list[Figure] = field(default_factory=list)
     tables: list[Table] = field(default_factory=list)
+    links: list[tuple[str, str]] = field(default_factory=list)
+
+
+def anchor(section: str, title: str) -> str:
+    return f"{section}--{slug(title)}"
 
 
 @dataclass
@@ -113,6 +120,14 @@ def _frame(records: list[Record], kind: type[Record]) -> pd.DataFrame:
 
 def _num(v, fmt: str) -> str:
     return "n/a" if v is None else fmt.format(v)
+
+
+def _counter(name: str) -> str:
+    """A counter's name, with what it counts for the link counters of a non-Aries fabric."""
+    from hpcvar.linkcounters import meaning
+
+    words = meaning(name)
+    return f"{name} ({words})" if words else name
 
 
 def _pct(v) -> str:
@@ -168,7 +183,74 @@ class Builder:
     def user(self, name):
         return self.pseudo.ensure(name) if self.pseudo else name
 
+    def explained_text(self, e: RunExplanation, text: str) -> str:
+        """An explanation's sentence with the report's pseudonyms (the dataset may hold names)."""
+        for u in e.alongside:
+            text = text.replace(u.user, self.user(u.user))
+        return text
+
     # --- sections -----------------------------------------------------------------------------
+    def findings(self) -> Section:
+        """One screen before any table: per dataset, the spread and what explains most of it."""
+        sec = Section("findings", "Findings: why the same job ran slower")
+        res = self.result(ExplainResult)
+        if res is None or not res.datasets:
+            sec.empty = self.no_analysis("explain", res)
+            return sec
+        present = {n for n in self.names}
+        for name, d in res.datasets.items():
+            if name not in present:
+                continue
+            text = d.finding
+            for u in d.top_users:
+                text = text.replace(u["user"], self.user(u["user"]))
+            links = [("slowest runs explained", anchor("explained", name))]
+            cats = {c.category for c in d.categories[:3]}
+            if "neighbours" in cats:
+                links.append(("users alongside", anchor("neighbourhood", name)))
+            if cats & {"network", "io", "load"}:
+                links.append(("counters", anchor("deviation", name)))
+            if "placement" in cats:
+                links.append(("placement", anchor("placement", name)))
+            sec.parts.append(Part(name, reading=text, links=links))
+        sec.reading = ("Per dataset: how far apart its fastest and slowest runs are, and what accounts for the excess "
+                       "time of its slow runs (at least "
+                       f"{100 * res.params.slow_threshold:.0f}% slower than the typical, median run), summed over "
+                       "those runs by `hpcvar explain` from the per-step deviation model and the users alongside. "
+                       "Follow the links to the evidence.")
+        return sec
+
+    def explained(self) -> Section:
+        sec = Section("explained", "Slowest runs explained")
+        res = self.result(ExplainResult)
+        if res is None or not res.datasets:
+            sec.empty = self.no_analysis("explain", res)
+            return sec
+        for name, d in res.datasets.items():
+            rows, figs = [], []
+            for e in d.slowest:
+                rows.append({"run": e.run_id, "start": e.start, "time_s": e.total_s, "slowdown": e.slowdown,
+                             "causes": self.explained_text(e, "; ".join(
+                                 f"{LABELS[c.category]}" + (f" {self.user(c.user)}" if c.user else "")
+                                 + f" {100 * c.share:.0f}%" for c in e.causes[:3]) or "none found"),
+                             "unexplained": e.unexplained_share})
+                if e.step_times:
+                    fig = self.copy_figure("explained", name, f"steps-{slug(e.run_id)}",
+                                           f"{e.run_id}: step times against the typical run",
+                                           res.path(ExplainDataset.step_figure(name, e.run_id)))
+                    figs += [fig] if fig else []
+            lines = " ".join(f"{e.run_id} ({e.slowdown:.2f}x): {self.explained_text(e, e.headline)}."
+                             for e in d.slowest)
+            sec.parts.append(Part(name, reading=lines, figures=figs, tables=[Table(
+                f"The {len(rows)} slowest runs and their top causes (share of each run's excess time)",
+                pd.DataFrame(rows), {"time_s": "{:,.3g}", "slowdown": "{:.2f}x", "unexplained": "{:.0%}"})]))
+        sec.reading = ("Each slow run's excess over the typical run, split into causes by `hpcvar explain DATASET "
+                       "RUN_ID` (which prints the evidence behind each: the users' jobs alongside and how the "
+                       "dataset's runs fare with them, the counters that deviated in the slow steps, the groups "
+                       "spanned): neighbours, network congestion, placement, I/O, CPU and memory load. The figures "
+                       "show where in time the slowdown sat.")
+        return sec
+
     def campaign(self) -> Section:
         runs = self.runs
         table = dataset_summary(self.dataset_dir)
@@ -326,10 +408,13 @@ class Builder:
                 part.figures.append(fig)
             first, second = d.relevance[0], (d.relevance[1] if len(d.relevance) > 1 else None)
             part.reading = (
-                f"{d.top_counter} was selected in {_pct(first.relevance)} of the {d.folds} folds"
-                + (f", then {second.counter} ({_pct(second.relevance)})" if second is not None else "")
+                f"{_counter(d.top_counter)} was selected in {_pct(first.relevance)} of the {d.folds} folds"
+                + (f", then {_counter(second.counter)} ({_pct(second.relevance)})" if second is not None else "")
                 + f". The selected counters reconstruct step-time deviations with a MAPE of {_pct(d.mape)} "
                   f"(paper: under {_pct(s.paper_mape)}).")
+            if d.cpu_pressure_r2 is not None:
+                part.reading += (f" The CPU load (time under CPU pressure, from the node samplers) alone explains "
+                                 f"{_pct(d.cpu_pressure_r2)} of the variance of the step-time deviations.")
             parts.append(part)
         sec.parts = [Part("All datasets", tables=[Table("MAPE of the reconstructed step time", pd.DataFrame(rows),
                                                         {"mape": "{:.1%}", "paper_bound": "{:.0%}"})]), *parts]
@@ -638,12 +723,13 @@ def build(dataset_dir, out_html, analyses_dir=None, figures_dir=None, config_fil
     if figures_dir.exists():
         shutil.rmtree(figures_dir)  # figures of datasets no longer present must not linger
     b = Builder(dataset_dir, analyses_dir, figures_dir, pseudo)
-    sections = [b.campaign(), b.datasets(), b.neighbourhood(), b.deviation(), b.forecast(), b.placement(),
-                b.background(), b.distributions(), b.regression(), b.interference()]
+    sections = [b.findings(), b.campaign(), b.datasets(), b.neighbourhood(), b.deviation(), b.forecast(),
+                b.placement(), b.background(), b.distributions(), b.regression(), b.explained(), b.interference()]
     config_text = Path(config_file).read_text() if config_file else None
     prov = b.provenance(config_text)
     env = jinja2.Environment(loader=jinja2.PackageLoader("hpcvar.report", "templates"),
                              autoescape=jinja2.select_autoescape(["html", "j2"]), undefined=jinja2.StrictUndefined)
+    env.filters["slug"] = slug
     html = env.get_template("report.html.j2").render(title=title, sections=sections, prov=prov)
     out_html.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out_html, html)

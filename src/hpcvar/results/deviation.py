@@ -30,6 +30,16 @@ class DeviationDataset(Record):
     relevance: list[CounterRelevance]  # most relevant first
     final_selected: list[str]  # RFE on all runs: the model kept in MLflow
     below_paper_bound: bool
+    #: Share of the step-time deviations' variance the CPU pressure explains (R^2); only where the
+    #: node samplers recorded pressure stall information.
+    cpu_pressure_r2: float | None = None
+    #: Columns of the attribution model (the ``attribution`` feature sets present in the data),
+    #: one contribution column each in :meth:`attribution_table`.
+    attribution_features: list[str] = []
+
+    @staticmethod
+    def attribution_table(dataset: str) -> str:
+        return f"{dataset}/attribution.parquet"
 
     @staticmethod
     def relevance_table(dataset: str) -> str:

@@ -7,7 +7,10 @@
     out/truth.json                        planted causes (never read by collation)
     out/truth_oracle.parquet              the oracle forecaster's expected k-step sums per run and t_c
     out/truth_steps.parquet               the hidden state per run and step: culprit intensity, AR(1)
-                                          congestion, the I/O process at the step's start
+                                          congestion, the I/O process at the step's start, and the
+                                          seconds each planted cause added to the step (culprit,
+                                          its strongest user, congestion, placement, I/O, noise)
+    out/truth_runs.parquet                per run: those seconds summed, and its dominant cause
     out/ldms/aries_rtr_mmr/aries_rtr_mmr.<epoch>   LDMS store_csv, one rollover file per day
     out/perflogs/<system>/compute/<Test>.log       ReFrame perflogs, one record per run
     out/runs/<run_id>/stdout.txt          timestamped application output (ts '%.s')
@@ -35,11 +38,13 @@ from hpcvar.defaults import FORECAST_GRID
 from hpcvar.parsers import apps, ldms, mpip, reframe, sacct
 from hpcvar.parsers import counters as counter_files
 from hpcvar.progress import Progress
-from hpcvar.rawlayout import SYSTEM_FILE, read_system, write_manifest, write_system
+from hpcvar.rawlayout import (COUNTERS, MPIP_SUFFIX, RUNS_DIR, SACCT, STDOUT, SYSTEM_FILE, TOPOLOGY, read_system,
+                              write_manifest, write_system)
 from hpcvar.simulate import model
 from hpcvar.simulate.microbench import MicrobenchmarkRuns
 from hpcvar.simulate.presets import DatasetSpec, Preset, get_preset
 from hpcvar.simulate.system import build_topology, make_background_jobs, make_users, schedule
+from hpcvar.simulate.truth import TRUTH_RUNS
 
 SACCT_FIELDS = ["JobID", "JobIDRaw", "JobName", "User", "UID", "Account", "Partition", "Submit", "Start",
                 "End", "Elapsed", "State", "ExitCode", "NNodes", "NodeList"]
@@ -136,10 +141,10 @@ class _Campaign:
         check_replaceable(out, p.system)
         if out.exists():
             shutil.rmtree(out)
-        (out / "runs").mkdir(parents=True)
-        self.topo.to_csv(out / "topology.csv")
+        (out / RUNS_DIR).mkdir(parents=True)
+        self.topo.to_csv(out / TOPOLOGY)
         write_system(out, {
-            "system": p.system, "timezone": "UTC", "topology": "topology.csv",
+            "system": p.system, "timezone": "UTC", "topology": TOPOLOGY,
             "ldms": "ldms/aries_rtr_mmr", "campaign_user": p.campaign_user,
             "ranks_per_node": p.ranks_per_node})
         jobs = self.build_schedule()
@@ -179,8 +184,10 @@ class _Campaign:
         oracle = pd.DataFrame(self._oracle, columns=["run_id", "dataset", "t_c", "k", "oracle_s", "actual_s"])
         oracle.to_parquet(out / "truth_oracle.parquet", index=False)
         steps = (pd.concat(self._steps, ignore_index=True) if self._steps else
-                 pd.DataFrame({"run_id": [], "dataset": [], "step": [], "culprit": [], "ar1": [], "io": []}))
+                 pd.DataFrame({c: [] for c in ("run_id", "dataset", "step", "culprit", "ar1", "io",
+                                               *model.CAUSE_COLUMNS, "culprit_user")}))
         steps.to_parquet(out / "truth_steps.parquet", index=False)
+        model.dominant_causes(steps, truth_runs).to_parquet(out / TRUTH_RUNS, index=False)
         truth = self.truth(truth_runs, profiles, oracle)
         if p.microbenchmark_nodes > 0:
             upgrade_t = self.t0 + p.upgrade_day * 86400 if 0 <= p.upgrade_day < p.days else None
@@ -222,18 +229,18 @@ class _Campaign:
             n_written = int(rng.integers(1, max(len(profile) - 1, 2)))
             end = float(res.step_end[n_written - 1] + rng.uniform(1, 5))
         run_id = f"{p.system}-{job.job_id}"
-        run_dir = self.out / "runs" / run_id
+        run_dir = self.out / RUNS_DIR / run_id
         run_dir.mkdir()
         nranks = ds.nodes * p.ranks_per_node
         steps = list(zip(res.step_start[:n_written], res.step_end[:n_written]))
-        self.write_stdout(run_dir / "stdout.txt", ds, steps, nranks, complete=not failed)
-        counter_files.write(run_dir / "counters.csv", np.arange(1, n_written + 1),
+        self.write_stdout(run_dir / STDOUT, ds, steps, nranks, complete=not failed)
+        counter_files.write(run_dir / COUNTERS, np.arange(1, n_written + 1),
                             {k: v[:n_written] for k, v in res.counters.items()},
                             comment=f"AriesNCL via PAPI, summed over {place['num_routers']} routers")
         self._seen[ds.name] = self._seen.get(ds.name, -1) + 1
         if not failed and self._seen[ds.name] % max(round(1 / p.mpip_fraction), 1) == 0:
             self.write_mpip(run_dir, ds, job, nodes, res, end)
-        self.write_sacct(run_dir / "sacct.txt", job, nodes, end, state)
+        self.write_sacct(run_dir / SACCT, job, nodes, end, state)
         meta = {"run_id": run_id, "system": p.system, "app": ds.app, "dataset": ds.name, "input": ds.input,
                 "num_nodes": ds.nodes, "job_id": job.job_id, "test": TEST_NAMES[ds.app],
                 "software": APP_VERSIONS[ds.app], "container": None,
@@ -254,16 +261,29 @@ class _Campaign:
             cum = np.concatenate([[0.0], np.cumsum(durations)])
             self._oracle += [(run_id, ds.name, t_c, k, o, float(cum[t_c + k] - cum[t_c]))
                              for t_c, k, o in model.oracle_sums(ds, profile, res, frag, self.io, len(profile))]
+        causes = model.step_causes(ds, profile, res, frag, self.io)
+        strongest = [self._strongest_culprit(cand["user"].to_numpy(), strength, cs, ce, t)
+                     for t in res.step_start[:n_written]]
         self._steps.append(pd.DataFrame({
             "run_id": run_id, "dataset": ds.name, "step": np.arange(1, n_written + 1, dtype=np.int32),
             "culprit": res.culprit_share[:n_written], "ar1": res.ar1[:n_written],
-            "io": self.io(res.step_start[:n_written])}))
+            "io": self.io(res.step_start[:n_written]),
+            **{c: v[:n_written] for c, v in causes.items()}, "culprit_user": strongest}))
         truth = {"run_id": run_id, "dataset": ds.name, "failed": failed,
                  "culprit_steps": float(np.mean(res.culprit_share > 0)),
                  "abs_rel_noise": float(np.mean(np.abs((res.step_end - res.step_start) - res.noise_free)
                                                / (res.step_end - res.step_start)))}
         return {"start": float(res.step_start[0]), "end": end, "routers": self.topo.routers_of(nodes),
                 "perflog": perflog, "truth": truth}
+
+    @staticmethod
+    def _strongest_culprit(users, strength, starts, ends, t: float) -> str | None:
+        """The culprit user whose large jobs add the most congestion at time ``t`` (None: none)."""
+        on = (starts <= t) & (ends > t) & (strength > 0)
+        if not on.any():
+            return None
+        per_user = pd.Series(strength[on]).groupby(users[on]).sum()
+        return str(per_user.idxmax())
 
     def _hostlist(self, key, nodes) -> str:
         if key not in self._hostlists:
@@ -331,7 +351,7 @@ class _Campaign:
         times = {r: t * share * rng.normal(1, 0.01, nranks) for r, t in res.routines.items()}
         counts = {r: np.full(nranks, len(res.step_start) * CALLS_PER_STEP.get(r, 50)) for r in res.routines}
         when = lambda t: pd.Timestamp(round(t), unit="s", tz="UTC").to_pydatetime()  # noqa: E731
-        mpip.write(run_dir / f"{ds.app}.{nranks}.{int(job.job_id) % 90000 + 10000}.1.mpiP",
+        mpip.write(run_dir / f"{ds.app}.{nranks}.{int(job.job_id) % 90000 + 10000}.1{MPIP_SUFFIX}",
                    command=f"./{ds.app} {ds.input}", hosts=np.repeat(nodes, rpn).tolist(),
                    app_time_s=app.tolist(), routine_time_s={k: v.tolist() for k, v in times.items()},
                    routine_count={k: v.tolist() for k, v in counts.items()}, start=when(job.start),

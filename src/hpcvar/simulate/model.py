@@ -153,6 +153,42 @@ def simulate_run(ds: DatasetSpec, profile: np.ndarray, t_start: float, num_route
     return RunResult(start, end, noise_free, counters, z1, culprit, compute, mpi, routines, ar1_hist)
 
 
+#: Seconds each planted cause added to a step (truth_steps.parquet), and the categories
+#: :mod:`hpcvar.analyses.explain` names them by.
+CAUSE_COLUMNS = ("culprit_s", "congestion_s", "placement_s", "io_s", "noise_s")
+CAUSE_CATEGORY = {"culprit_s": "neighbours", "congestion_s": "network", "placement_s": "placement", "io_s": "io",
+                  "noise_s": "none"}
+
+
+def step_causes(ds: DatasetSpec, profile: np.ndarray, res: RunResult, frag: float, io: "OUProcess") -> dict:
+    """The seconds each planted cause added to each step of a run: the culprits' congestion, the
+    unexplained AR(1) congestion, placement, lagged I/O (each its term of the slowdown times the
+    step's mean time), and the step noise (the realised time over the noise-free one)."""
+    culprit = profile * ds.sensitivity * res.culprit_share
+    congestion = profile * ds.sensitivity * np.maximum(res.ar1, 0.0)
+    placement = profile * ds.sensitivity * PLACEMENT_EFFECT * frag
+    io_s = profile * ds.io_sensitivity * np.maximum(io(res.step_start - IO_LAG_S), 0.0)
+    noise = (res.step_end - res.step_start) - res.noise_free
+    return dict(zip(CAUSE_COLUMNS, (culprit, congestion, np.full(len(profile), placement), io_s, noise)))
+
+
+def dominant_causes(steps, runs: list[dict]):
+    """Per run (truth_runs.parquet): the seconds of each cause summed over its steps and the
+    dominant one -- the cause that added the most, with the culprit user who added the most
+    when it is the culprits. Noise dominates when it added more than any planted cause."""
+    import pandas as pd
+
+    sums = steps.groupby("run_id")[list(CAUSE_COLUMNS)].sum()
+    users = (steps.dropna(subset=["culprit_user"]).groupby(["run_id", "culprit_user"])["culprit_s"].sum()
+             .reset_index().sort_values("culprit_s", ascending=False).drop_duplicates("run_id")
+             .set_index("run_id")["culprit_user"])
+    meta = pd.DataFrame(runs).set_index("run_id")[["dataset", "failed"]]
+    out = meta.join(sums, how="inner")
+    out["dominant"] = out[list(CAUSE_COLUMNS)].idxmax(axis=1).map(CAUSE_CATEGORY)
+    out["dominant_user"] = users.reindex(out.index).where(out["dominant"] == "neighbours")
+    return out.reset_index()
+
+
 def _expected_positive(mu: np.ndarray, sd: np.ndarray) -> np.ndarray:
     """E[max(X, 0)] for X ~ N(mu, sd^2) (sd may be 0)."""
     sd = np.maximum(sd, 1e-12)

@@ -46,7 +46,8 @@ from hpcvar.analyses.compare import outputs, sources, stats
 from hpcvar.analyses.compare.outputs import (CSV_COLUMNS, counts_line, csv_table, format_table, plot_pair, summarise,
                                              write_outputs)
 from hpcvar.analyses.compare.sources import (COLUMNS, BadInput, dataset_runs, dataset_samples, describe, load_samples,
-                                             load_source, parse_range, reframe_config, reframe_samples, step_baseline)
+                                             load_source, parse_range, reframe_config, reframe_samples, round_range,
+                                             step_baseline)
 from hpcvar.analyses.compare.stats import (DEFAULT_FAIL_ON, VERDICTS, compare, difference_tests, fail_on,
                                            group_permutation_tests, holm)
 from hpcvar.defaults import REFRAME_CONFIG
@@ -80,8 +81,10 @@ def run(before: str | Path, after: str | Path | None = None, out_dir: str | Path
     fails = stats.fail_on(fail_on)
     before_spec = str(before)
     after_spec = None if after is None else str(after)
-    before_win = parse_range(before_range) if before_range else None
-    after_win = parse_range(after_range) if after_range else None
+    # round:A..B: a campaign's rounds, found beside a dataset directory (<results>/rounds).
+    rounds_dir = Path(before_spec).parent / "rounds"
+    before_win = parse_range(round_range(before_range, rounds_dir)) if before_range else None
+    after_win = parse_range(round_range(after_range, rounds_dir)) if after_range else None
     if after_spec is None:
         if not Path(before_spec).is_dir():
             raise BadInput("give BEFORE and AFTER, or one dataset directory with --before and --after ranges")

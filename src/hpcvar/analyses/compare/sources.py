@@ -176,6 +176,25 @@ def parse_range(text: str) -> tuple[pd.Timestamp | None, pd.Timestamp | None]:
     return start, end
 
 
+def round_range(text: str, rounds_dir: Path) -> str:
+    """``round:A..B`` (campaign round ids, inclusive, compared as text: ``round:001..010``) as the
+    ``START..END`` of those rounds: from the first one's ReFrame session start to the last one's
+    end (``rounds/<id>/reframe-report.json``). Any other text is returned as it is."""
+    if not text.startswith("round:"):
+        return text
+    first, _, last = text.removeprefix("round:").partition("..")
+    last = last or first
+    reports = sorted(p for p in Path(rounds_dir).glob("*/reframe-report.json")
+                     if first <= p.parent.name <= last)
+    if not reports:
+        raise BadInput(f"{text!r}: no finished round between {first} and {last} in {rounds_dir}")
+    sessions = [json.loads(p.read_text())["session_info"] for p in reports]
+    start = min(float(s["time_start_unix"]) for s in sessions)
+    end = max(float(s["time_end_unix"]) for s in sessions)
+    stamp = lambda t: pd.Timestamp(t, unit="s", tz="UTC").isoformat()  # noqa: E731
+    return f"{stamp(start)}..{stamp(end)}"
+
+
 def fmt_range(window) -> str:
     """A (start, end) window as ``START..END`` in ISO times (an open end left empty)."""
     start, end = window or (None, None)

@@ -1,0 +1,166 @@
+"""A campaign with a known cause on the emulated cluster: what was planted against what the
+analyses found (README, "A campaign with a known cause").
+
+Runs ``config/campaign-testbed.yaml`` end to end (``snakemake --profile profiles/local-slurm``) in
+a work directory, or reads a finished one (``--results``), and prints, per dataset: the spread
+(slowest/fastest run), the culprit's rank in the MI and Pearson rankings (and the decoys'), the
+deviation model's top counters with their relevance and the CPU load's share of the spread, the
+placement effect with and without the culprit, the regression check's verdicts across the planted
+upgrade and across two earlier windows (where nothing was planted), how often `hpcvar explain`
+names the culprit as the top cause of the runs it slowed, and the wall time per round.
+
+Needs the testbed up, as root, with the campaign's users:
+
+    sudo .venv/bin/hpcvar dev slurm up --nodes 6 --groups 2 --link-etc --extra-user hpcvar-alice \\
+         --extra-user hpcvar-bob --extra-user hpcvar-carol --extra-user hpcvar-dave
+    sudo .venv/bin/python benchmarks/bench_testbed_campaign.py [--rounds 40] [--keep DIR]
+    .venv/bin/python benchmarks/bench_testbed_campaign.py --results DIR/results   # a finished one
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+def run_campaign(work: Path, rounds: int) -> Path:
+    from hpcvar.dev import slurm as dev
+
+    work.mkdir(parents=True, exist_ok=True)
+    for item in ("Snakefile", "workflow", "config", "profiles"):
+        if not (work / item).exists():
+            subprocess.run(["cp", "-r", str(REPO / item), str(work / item)], check=True)
+    if not (work / "reframe_tests").exists():
+        (work / "reframe_tests").symlink_to(REPO / "reframe_tests")
+    config = yaml.safe_load((REPO / "config" / "campaign-testbed.yaml").read_text())
+    config["results"] = "results"
+    config["campaign"]["rounds"] = rounds
+    (work / "campaign.yaml").write_text(yaml.safe_dump(config))
+    env = {**os.environ, **dev.slurm_env(dev.Layout(dev.state_dir()))}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    t0 = time.monotonic()
+    proc = subprocess.run([str(BIN / "snakemake"), "--profile", str(REPO / "profiles" / "local-slurm"),
+                           "--configfile", "campaign.yaml"], cwd=work, env=env)
+    if proc.returncode != 0:
+        raise SystemExit(f"bench_testbed_campaign: the campaign failed (exit {proc.returncode}); see {work}")
+    print(f"campaign: {rounds} rounds in {(time.monotonic() - t0) / 60:.1f} min", flush=True)
+    return work / "results"
+
+
+def compare_rounds(dataset: Path, before: str, after: str, out: Path) -> pd.DataFrame:
+    proc = subprocess.run([str(BIN / "hpcvar"), "compare", str(dataset), "--before", before, "--after", after,
+                           "--out", str(out)], capture_output=True, text=True)
+    if proc.returncode not in (0, 1):
+        raise SystemExit(f"hpcvar compare {before} {after}: {proc.stderr}")
+    return pd.read_csv(out / "compare.csv")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=40)
+    ap.add_argument("--keep", type=Path, default=Path("/var/tmp/hpcvar-bench-campaign"),
+                    help="the campaign's work directory (every node must see it: not /tmp)")
+    ap.add_argument("--results", type=Path, help="a finished campaign's results directory: only read it")
+    a = ap.parse_args(argv)
+
+    from hpcvar.anonymise import Pseudonymiser, load_salt
+    from hpcvar.campaign import truth as campaign_truth
+    from hpcvar.dataset import Dataset
+
+    res = a.results or run_campaign(a.keep, a.rounds)
+    wd = res.parent
+    truth = campaign_truth.load(res)
+    pseudo = Pseudonymiser(load_salt(wd / ".hpcvar-salt"))
+    roles = {pseudo(u): r for u, r in truth["users"].items()}
+    culprit = next(p for p, r in roles.items() if r == "culprit")
+    runs = campaign_truth.runs_with_truth(Dataset(res / "dataset").read("runs"), truth)
+    n = len(truth["rounds"])
+    planted = pd.DataFrame([{"round": r["round"], "culprit": any(j["kind"] == "global-traffic" for j in r["jobs"]),
+                             "decoys": sum(j["kind"] == "group-traffic" for j in r["jobs"]),
+                             "hog": any(j["kind"] == "cpu" for j in r["jobs"]), "rate": r["global_rate"],
+                             "minutes": (r["end"] - r["start"]) / 60} for r in truth["rounds"]])
+    print(f"# planted: {n} rounds; culprit {planted['culprit'].sum()}, CPU hog {planted['hog'].sum()}, "
+          f"decoys {planted['decoys'].sum()} jobs; upgrade {truth['upgrade']}")
+    print(f"# roles: " + ", ".join(f"{p} {r}" for p, r in roles.items()))
+
+    print("\n# spread per dataset (run time, s)")
+    spread = runs.groupby("dataset")["total_time_s"].agg(["count", "min", "median", "max"])
+    spread["slowest/fastest"] = spread["max"] / spread["min"]
+    print(spread.to_string(float_format=lambda v: f"{v:.2f}"))
+
+    nb = json.loads((res / "analyses" / "neighbourhood" / "summary.json").read_text())
+    print("\n# neighbourhood: rank of each planted user (MI, Pearson); 1 = first")
+    rows = []
+    for name, d in sorted(nb["datasets"].items()):
+        mi = [u["user"] for u in d["top_users"]]
+        pr = [u["user"] for u in d["top_users_by_nodes_r"]]
+        row = {"dataset": name}
+        for p, role in roles.items():
+            short = role.split(" ")[0] if role == "culprit" else role
+            row[f"{p} ({short})"] = f"{mi.index(p) + 1 if p in mi else '-'}, {pr.index(p) + 1 if p in pr else '-'}"
+        rows.append(row)
+    print(pd.DataFrame(rows).to_string(index=False))
+
+    dv = json.loads((res / "analyses" / "deviation" / "summary.json").read_text())
+    print("\n# deviation: top counters (relevance), MAPE, CPU pressure's share of the spread (R^2)")
+    for name, d in sorted(dv["datasets"].items()):
+        top = ", ".join(f"{r['counter']} ({r['relevance']:.2f})" for r in d["relevance"][:4])
+        print(f"{name}: {top}; mape {d['mape']:.3f}; cpu_pressure_r2 {d.get('cpu_pressure_r2')}")
+
+    print("\n# placement: run time over its dataset's median, runs with steps (median; runs)")
+    runs["rel"] = runs["total_time_s"] / runs.groupby("dataset")["total_time_s"].transform("median")
+    apps = runs[runs["num_steps"] > 0]
+    for label, part in (("culprit there", apps[apps["culprit"]]),
+                        ("culprit absent", apps[~apps["culprit"]])):
+        across, inside = part.loc[part["across"], "rel"], part.loc[~part["across"], "rel"]
+        print(f"{label:15s} across groups {across.median():.2f} ({len(across)}); inside one "
+              f"{inside.median():.2f} ({len(inside)})")
+
+    print("\n# compare (collectives-4 allreduce 64 KiB; amgproxy run times)")
+    up = truth["upgrade"]["round"] if truth.get("upgrade") else None
+    windows = []
+    if up:
+        w = max(1, min(10, (up - 1) // 3, n - up + 1))
+        windows = [(up - 3 * w, up - 2 * w - 1, up - 2 * w, up - w - 1, "nothing planted"),
+                   (up - 2 * w, up - w - 1, up - w, up - 1, "nothing planted"),
+                   (up - w, up - 1, up, up + w - 1, "the rate drop")]
+    for b0, b1, a0, a1, what in windows:
+        table = compare_rounds(res / "dataset", f"round:{b0:03d}..{b1:03d}", f"round:{a0:03d}..{a1:03d}",
+                               wd / f"compare-{b0:03d}-{a1:03d}")
+        sel = table[(table["test"] == "collectives-4") & (table["variable"] == "allreduce_65536B_us")
+                    | table["variable"].eq("run_time_s") & table["test"].str.startswith("amgproxy")]
+        for r in sel.itertuples():
+            print(f"rounds {b0}-{b1} vs {a0}-{a1} ({what}): {r.test} {r.variable}: {r.verdict} "
+                  f"(median {r.median_before:.4g} -> {r.median_after:.4g})")
+
+    explained = pd.concat([pd.read_csv(p, dtype={"top_user": str}) for p in
+                           sorted((res / "analyses" / "explain").glob("*/runs.csv"))], ignore_index=True)
+    score = campaign_truth.score_explanations(explained, runs.drop(columns=["round", "global_rate", "culprit", "hog",
+                                                                            "decoys", "across", "rel"]),
+                                              truth, pseudo)
+    c, h = score["culprit"], score["hog"]
+    print("\n# explain")
+    print(f"runs across the groups beside the culprit, >= 20% slower: {c['runs']}; culprit named first: "
+          f"{c['hits']} ({(c['share'] or 0):.0%}); top causes named: {c['named']}")
+    print(f"slowed runs of rounds with the CPU hog and no culprit: {h['runs']}; blamed on the network: "
+          f"{h['blamed_on_network']}; top causes named: {h['named']}")
+
+    print("\n# wall time per round (min)")
+    print(planted["minutes"].describe()[["count", "mean", "min", "max"]].to_string(float_format=lambda v: f"{v:.2f}"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
