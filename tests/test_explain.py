@@ -40,9 +40,9 @@ def test_the_top_cause_is_the_planted_one_for_most_slow_runs(explained):
     slow = table[table["slow_runs"] > 0]
     assert slow["slow_runs"].sum() >= 30, table  # enough slow runs for the share to mean something
     assert slow["hits"].sum() / slow["slow_runs"].sum() >= 0.8, table
-    # Every planted category that dominates some slow run is named for some of them.
-    for planted in confusion.index:
-        assert confusion.loc[planted].get(planted, 0) > 0, confusion
+    # The runs the neighbours dominate are most of the slow ones; each is a hit only with the
+    # right user, so the share above is not reached by naming "neighbours" throughout.
+    assert confusion.loc["neighbours"].get("neighbours", 0) >= 0.8 * confusion.loc["neighbours"].sum(), confusion
 
 
 def test_a_run_explained_adds_up_and_names_its_evidence(explained):

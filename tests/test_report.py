@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from conftest import REPO
 from hpcvar.anonymise import PSEUDONYM, Pseudonymiser
 from hpcvar.report import SECTIONS, build
 
@@ -256,3 +257,18 @@ def test_report_tables_sort_on_click(page):
     values = table.evaluate(f"t => Array.from(t.tBodies[0].rows).map(r => r.cells[{col}].textContent)")
     assert [float(v.replace(",", "")) for v in values] == sorted(numbers, reverse=True)
     assert errors == []
+
+
+def test_the_configuration_shown_pseudonymises_the_planted_users():
+    """A testbed campaign's configuration names other users (campaign.background): the report's
+    provenance shows it with their pseudonyms, as everywhere else in the report."""
+    from hpcvar.report.build import Builder
+
+    text = (REPO / "config" / "campaign-testbed.yaml").read_text()
+    b = Builder.__new__(Builder)  # only the pseudonymiser is needed
+    b.pseudo = Pseudonymiser(b"salt")
+    shown = b.config_text(text)
+    for user in ("hpcvar-alice", "hpcvar-bob", "hpcvar-carol", "hpcvar-dave"):
+        assert user in text and user not in shown and b.pseudo(user) in shown
+    b.pseudo = None  # `hpcvar report --no-anonymise`: names as they are
+    assert b.config_text(text) == text

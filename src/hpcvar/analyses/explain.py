@@ -652,10 +652,13 @@ def _findings(name: str, runs: pd.DataFrame, table: pd.DataFrame, explained: dic
         for c in [c for c in shares if c.share >= 0.01][:3]:
             what = LABELS[c.category]
             if c.category == "neighbours" and top_users:
-                what += " (" + ", ".join(u["user"] for u in top_users[:2]) + ")"
+                via = [k["counter"] for k in top_counters if category(k["counter"]) == "network"][:1]
+                what += (" (" + ", ".join(u["user"] for u in top_users[:2])
+                         + (f"; their time showed in {via[0]}: {describe(via[0])}" if via else "") + ")")
             elif c.category in ("network", "io", "load") and top_counters:
                 names = [k["counter"] for k in top_counters if category(k["counter"]) == c.category][:2]
-                what += f" ({', '.join(names)})" if names else ""
+                if names:  # the first in words too: which link, which resource
+                    what += f" ({names[0]}: {describe(names[0])}" + "".join(f", {n}" for n in names[1:]) + ")"
             parts.append(f"{100 * c.share:.0f}% {what}")
         finding = (f"{name}: the slowest run took {slowest / fastest:.1f}x the fastest; of the excess time of the "
                    f"{len(slow)} runs at least {100 * s.slow_threshold:.0f}% slower than typical, "

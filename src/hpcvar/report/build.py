@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import platform
+import re
 import shutil
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -14,6 +15,7 @@ from typing import TypeVar
 
 import jinja2
 import pandas as pd
+import yaml
 
 from hpcvar.anonymise import Pseudonymiser
 from hpcvar.dataset import Dataset
@@ -687,7 +689,20 @@ class Builder:
             "the victim in one group, one island or across islands. " + notes)
         return sec
 
+    def config_text(self, text: str | None) -> str | None:
+        """The configuration as shown: the user names it holds (the planted workload's users,
+        ``campaign.background.jobs``) replaced by their pseudonyms, unless the report shows names."""
+        if not text or self.pseudo is None:
+            return text
+        doc = yaml.safe_load(text) or {}
+        background = (doc.get("campaign") or {}).get("background") or {}
+        for name in sorted({j.get("user") for j in background.get("jobs") or [] if j.get("user")}, key=len,
+                           reverse=True):
+            text = re.sub(rf"(?<![\w-]){re.escape(name)}(?![\w-])", self.user(name), text)
+        return text
+
     def provenance(self, config_text: str | None) -> dict:
+        config_text = self.config_text(config_text)
         versions = {}
         for pkg in VERSIONS:
             try:
