@@ -323,8 +323,8 @@ def _step_times(ctx: Context, run: pd.Series) -> pd.DataFrame:
 
 def _neighbours(ctx: Context, run: pd.Series, steps: pd.DataFrame, slow: set[int]) -> tuple[list[NeighbourEvidence],
                                                                                          pd.DataFrame]:
-    """Every user alongside the run, with the dataset's view of them; and, per step, which
-    implicated users had a job running (a steps x users 0/1 frame)."""
+    """Every user alongside the run, with the dataset's view of them; and, per step, how many jobs
+    of each implicated user were running (:func:`_presence`; users with none left out)."""
     neigh = ctx.data["neighbourhood"]
     neigh = neigh[neigh["run_id"] == run["run_id"]]
     ranking = ctx.ranking(run["dataset"])
@@ -468,7 +468,9 @@ def explain_run(ctx: Context, run_id: str, *, with_steps: bool = True) -> RunExp
         secs.index = rows["step"].to_numpy()
         by_cat = {c: secs[[f for f in feats if category(f) == c]].sum(axis=1) for c in
                   ("network", "placement", "io", "load")}
-        # Network time in the steps an implicated user's job ran is theirs, split by their weight.
+        # In the steps an implicated user's jobs ran, what the joint estimate says those jobs add
+        # (at most the step's excess) is theirs, shared by weight when several were there; it
+        # leaves the network's share.
         net = by_cat["network"]
         user_s = {}
         if len(present.columns):
