@@ -287,7 +287,7 @@ def cmd_campaign(a) -> int:
         return rounds.run_round(a.report, config=a.reframe_config, system=a.system, checks=a.checks,
                                 tests=a.tests, options=a.option, prefix=a.prefix, environment=environment,
                                 alongside=alongside, background=background, topology=a.topology,
-                                round_index=a.round_index)
+                                round_index=a.round_index, rounds=a.rounds)
     if a.action == "request":
         print(f"round {rounds.request(a.results, a.id)} requested: run the workflow to run it")
         return 0
@@ -569,6 +569,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="other users' jobs with planted causes around the round (campaign.background, as JSON)")
     s.add_argument("--topology", help="topology map the background jobs are placed on")
     s.add_argument("--round-index", type=int, help="the round's number (1-based): the background's random draw")
+    s.add_argument("--rounds", type=int, help="the campaign's fixed rounds (campaign.rounds): the background's "
+                                              "balanced design spans them")
     s.set_defaults(func=cmd_campaign)
     s = camp.add_parser("request", help="ask for one more round; the next workflow invocation runs it")
     s.add_argument("--results", default="results",

@@ -113,7 +113,7 @@ def campaign_args(round_id):
         args += [f"--alongside-option={o}" for o in c["alongside"].get("options", [])]
     if c["background"]:
         args += ["--background", json.dumps(c["background"]), "--topology", c["topology"] or ""]
-    args += ["--round-index", str(ROUNDS.index(round_id) + 1)]
+    args += ["--round-index", str(ROUNDS.index(round_id) + 1), "--rounds", str(c["rounds"])]
     return " ".join(shlex.quote(a) for a in args).replace("{", "{{").replace("}", "}}")
 
 

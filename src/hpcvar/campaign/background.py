@@ -1,10 +1,17 @@
 """Other users' jobs around a campaign's rounds, with known causes: the planted workload of a
 campaign on the dev clusters (``campaign.background``; config/campaign-testbed.yaml).
 
-Each round, every configured job is present with its ``share`` (drawn from the seed and the round
-number, so a rerun of a round plants the same), placed at random by its kind, submitted as its
-user (``sbatch --uid``: the round runs as root on the dev cluster) before the round's ReFrame
-starts, and cancelled after it:
+Every configured job is present in its ``share`` of the rounds, placed at random by its kind,
+submitted as its user (``sbatch --uid``: the round runs as root on the dev cluster) before the
+round's ReFrame starts, and cancelled after it. Which rounds it is present in is a *balanced*
+design over the campaign's rounds (``design: balanced``, the default): each job is present in
+exactly ``round(share x rounds)`` of them, and of many random draws of that, the one whose
+presences are least correlated with each other and with the upgrade (below) is kept
+(re-randomisation; Morgan and Rubin, Ann. Stat. 2012). A short campaign drawn round by round can
+otherwise put a decoy beside the culprit in most of the culprit's rounds, and then no analysis can
+tell the two apart. ``design: independent`` draws every round's presence on its own, as do rounds
+requested beyond the campaign's fixed ones. Both are drawn from the seed (and the number of rounds),
+so a rerun of a round plants the same:
 
 * ``global-traffic``: TCP traffic both ways (``iperf3 --bidir``) at ``bitrate`` each way between
   nodes of different groups, so it crosses the global links: the *culprit*;
@@ -36,6 +43,7 @@ import re
 import shutil
 import subprocess
 import time
+from functools import lru_cache
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -63,6 +71,9 @@ while True:
         pass
     time.sleep({idle})"""
 BITRATE_RE = r"^[0-9]+(\.[0-9]+)?[KMG]?$"
+DESIGNS = ("balanced", "independent")
+#: Random draws of the balanced design among which the least correlated is kept.
+DRAWS = 2000
 
 
 class BackgroundError(RuntimeError):
@@ -101,15 +112,23 @@ class Background:
     upgrade_rate: str | None = None
     settle_s: float = 3.0
     workdir: str = "background"
+    design: str = "balanced"
+    #: The campaign's fixed rounds (``campaign.rounds``), over which the balanced design is drawn.
+    rounds: int | None = None
+
+    def __post_init__(self):
+        if self.design not in DESIGNS:
+            raise BackgroundError(f"campaign.background.design {self.design!r}, expected one of {', '.join(DESIGNS)}")
 
     @classmethod
-    def from_config(cls, doc: dict, topology: str | None) -> Background:
+    def from_config(cls, doc: dict, topology: str | None, rounds: int | None = None) -> Background:
         if not topology:
             raise BackgroundError("campaign.background needs campaign.topology: the map its placements follow")
         upgrade = doc.get("upgrade") or {}
         return cls(jobs=tuple(BackgroundJob(**j) for j in doc.get("jobs", [])), topology=str(topology),
                    seed=int(doc.get("seed", 0)), upgrade_round=upgrade.get("round"),
-                   upgrade_rate=upgrade.get("global_rate"), settle_s=float(doc.get("settle_s", 3.0)))
+                   upgrade_rate=upgrade.get("global_rate"), settle_s=float(doc.get("settle_s", 3.0)),
+                   design=doc.get("design", "balanced"), rounds=rounds)
 
 
 @dataclass
@@ -152,14 +171,70 @@ def place(job: BackgroundJob, groups: dict[str, list[str]], rng: np.random.Gener
     return sorted(str(n) for n in rng.choice(every, size=job.nodes, replace=False))
 
 
+def _imbalance(columns: np.ndarray) -> tuple[float, float]:
+    """The largest |Pearson r| between two columns that vary, and the sum of the squares of all
+    of them (both 0 for fewer than two such columns): what the design makes small, in that order."""
+    varying = columns[:, columns.std(axis=0) > 0].astype(float)
+    if varying.shape[1] < 2:
+        return 0.0, 0.0
+    r = np.abs(np.corrcoef(varying.T)[~np.eye(varying.shape[1], dtype=bool)])
+    return round(float(r.max()), 9), round(float((r ** 2).sum()), 9)
+
+
+@lru_cache(maxsize=8)
+def schedule(bg: Background) -> np.ndarray:
+    """The balanced design: rounds x jobs, True where the job is present (see the module's text).
+
+    Each job is present in exactly ``round(share x rounds)`` rounds. Of :data:`DRAWS` random
+    draws, the one with the smallest largest correlation between two jobs' presences, or between a
+    job's presence and the rounds after the upgrade (then the smallest sum of squares of all of
+    them), is kept, and improved by exchanging a present and an absent round of one job while
+    that makes it smaller (coordinate exchange): twelve rounds then reach zero correlation."""
+    if not bg.rounds:
+        raise BackgroundError("a balanced background needs the campaign's number of rounds")
+    n = bg.rounds
+    rng = np.random.default_rng([bg.seed, n])
+    counts = [int(round(job.share * n)) for job in bg.jobs]
+    after = (np.arange(1, n + 1) >= (bg.upgrade_round or n + 1))[:, None]
+    best, best_score = None, (np.inf, np.inf)
+    for _ in range(DRAWS):
+        design = np.zeros((n, len(bg.jobs)), dtype=bool)
+        for k, c in enumerate(counts):
+            design[rng.choice(n, size=c, replace=False), k] = True
+        score = _imbalance(np.hstack([design, after]))
+        if score < best_score:
+            best, best_score = design, score
+    improved = True
+    while improved and best_score > (0.0, 0.0):
+        improved = False
+        for k in range(len(bg.jobs)):
+            for i in np.flatnonzero(best[:, k]):
+                for j in np.flatnonzero(~best[:, k]):
+                    trial = best.copy()
+                    trial[[i, j], k] = trial[[j, i], k]
+                    score = _imbalance(np.hstack([trial, after]))
+                    if score < best_score:
+                        best, best_score, improved = trial, score, True
+                        break
+                if improved:
+                    break
+            if improved:
+                break
+    return best
+
+
 def plan(bg: Background, round_id: str, index: int) -> Planted:
-    """Who is present in round ``index`` (1-based) and where: the same for the same seed and round."""
+    """Who is present in round ``index`` (1-based) and where: the same for the same seed, design
+    and number of rounds."""
     rng = np.random.default_rng([bg.seed, index])
     groups = _groups(bg.topology)
     rate = bg.upgrade_rate if bg.upgrade_round is not None and index >= bg.upgrade_round else None
     planted = Planted(round_id, index, rate)
-    for job in bg.jobs:
-        present = rng.random() < job.share
+    balanced = bg.design == "balanced" and bg.rounds is not None and index <= bg.rounds
+    design = schedule(bg)[index - 1] if balanced else None
+    for k, job in enumerate(bg.jobs):
+        drawn = rng.random() < job.share  # drawn either way, so the placements are the design's too
+        present = bool(design[k]) if balanced else drawn
         nodes = place(job, groups, rng)  # drawn either way, so one job's presence does not move the others
         if present:
             planted.jobs.append({"user": job.user, "kind": job.kind, "nodes": nodes,
@@ -257,5 +332,7 @@ def record(results: Path, planted: Planted, bg: Background) -> None:
                       "cpu": "decoy (CPU only)"}[j.kind] for j in bg.jobs}
     atomic_write_json(results / TRUTH, {
         "kind": "campaign background (planted causes)", "seed": bg.seed, "users": roles,
+        "design": bg.design if bg.design == "independent" or bg.rounds else "independent (no number of rounds given)",
+        "design_rounds": bg.rounds,
         "upgrade": {"round": bg.upgrade_round, "global_rate": bg.upgrade_rate} if bg.upgrade_round else None,
         "rounds": rounds})

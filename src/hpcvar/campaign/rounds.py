@@ -84,7 +84,7 @@ def _stop_alongside(proc: subprocess.Popen, job_name: str, env: dict) -> None:
 def run_round(report: str | Path, *, config: str, system: str, checks: list[str], tests: list[str],
               options: list[str], prefix: str | Path, environment: dict[str, str] | None = None,
               alongside: dict | None = None, background: dict | None = None, topology: str | None = None,
-              round_index: int | None = None) -> int:
+              round_index: int | None = None, rounds: int | None = None) -> int:
     """Run one round; returns 0 when ReFrame wrote its report (failed tests included).
 
     ReFrame runs in the current directory (the workflow's: the project directory), so relative
@@ -95,8 +95,9 @@ def run_round(report: str | Path, *, config: str, system: str, checks: list[str]
     ``checks`` as a job of its own before the round and cancels it after: a known neighbour
     (the suite's ``Aggressor``) in every run's neighbourhood. ``background`` (``campaign.background``:
     other users' jobs with planted causes, :mod:`hpcvar.campaign.background`) is placed on
-    ``topology``'s nodes for round number ``round_index``, submitted before the round and cancelled
-    after it; what was planted goes to the campaign's truth file.
+    ``topology``'s nodes for round number ``round_index`` of the campaign's ``rounds`` (its
+    balanced design spans them), submitted before the round and cancelled after it; what was
+    planted goes to the campaign's truth file.
     """
     missing = [f"{option} {path}" for option, path in (("--reframe-config", config), *(("--checks", c) for c in checks))
                if not Path(path).exists()]
@@ -119,7 +120,7 @@ def run_round(report: str | Path, *, config: str, system: str, checks: list[str]
     if background:
         from hpcvar.campaign import background as bgmod
 
-        bg = bgmod.Background.from_config(background, topology)
+        bg = bgmod.Background.from_config(background, topology, rounds)
         planted = bgmod.plan(bg, report.parent.name, round_index or 1)
         bgmod.set_fabric(bg, planted)
         bg_ids = bgmod.submit(planted, report.parent.parent.parent, env)
