@@ -324,6 +324,13 @@ def test_reframe_runs_import_into_the_dataset_and_the_report(local_run, tmp_path
     got = latency[latency["benchmark"] == "collectives"].sort_values(["operation", "size_bytes", "iteration"])
     assert len(got) == len(expected) == 2400
     assert got["value_us"].sum() == pytest.approx(expected["max_us"].sum())
+    # The run's time is what the program timed (its slowest rank's, iteration by iteration), not
+    # the job's wall time with MPI's start-up in it; Confidence times no operations back to back.
+    by_app = runs.set_index("app")
+    assert by_app.loc["collectives", "total_time_s"] == pytest.approx(expected["max_us"].sum() / 1e6)
+    assert by_app.loc["collectives", "total_time_s"] < by_app.loc["collectives", "elapsed_s"]
+    assert by_app.loc["confidence", "total_time_s"] == pytest.approx(
+        (by_app.loc["confidence", "end"] - by_app.loc["confidence", "start"]).total_seconds())
     hist = ds.read("latency_histograms")
     timer = hist[hist["kind"] == "timer"]
     assert set(timer["pair"]) == {"0", "1"} and timer["count"].sum() > 0

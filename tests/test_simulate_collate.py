@@ -141,6 +141,13 @@ def test_steps_match_the_paper_step_counts(demo):
     assert warm < 0.5 * milc[milc["step"] > 20]["duration_s"].mean()
     # total_time_s is the sum of the step durations, and steps tile the run.
     assert np.allclose(steps.groupby("run_id")["duration_s"].sum(), runs.loc[counts.index, "total_time_s"])
+    # A microbenchmark's is the sum of its timed collectives (each the slowest rank's), well
+    # inside its job's wall time.
+    latency = Dataset(ds_dir).read("latency")
+    timed = latency.groupby("run_id")["value_us"].sum() / 1e6
+    mb = runs[runs["num_steps"] == 0]
+    assert len(mb) and np.allclose(timed.reindex(mb.index), mb["total_time_s"])
+    assert (mb["total_time_s"] < (mb["end"] - mb["start"]).dt.total_seconds()).all()
 
 
 def test_run_times_spread_like_the_paper(demo):

@@ -66,7 +66,10 @@ RUNS = Table(
         _c("submit", TS, "Job submit time (sacct Submit)."),
         _c("start", TS, "Job start time (sacct Start).", False),
         _c("end", TS, "Job end time (sacct End).", False),
-        _c("total_time_s", pa.float64(), "Sum of per-step durations (the paper's run time t_r).", False),
+        _c("total_time_s", pa.float64(), "Sum of per-step durations (the paper's run time t_r). Microbenchmarks: the "
+                                          "sum of their timed operations, each the slowest rank's (collectives, "
+                                          "over-time phases, aggressor iterations), or the job's wall time when "
+                                          "they time none back to back (Confidence minima).", False),
         _c("elapsed_s", pa.float64(), "Wall time of the whole job from sacct Elapsed."),
         _c("num_steps", pa.int32(), "Number of time steps recorded." + _IMPORTED),
         _c("state", pa.string(), "Slurm state of the job (COMPLETED, FAILED, TIMEOUT, CANCELLED...)." + _IMPORTED),
