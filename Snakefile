@@ -19,10 +19,7 @@ include: "workflow/rules/report.smk"
 rule all:
     input:
         f"{RESULTS}/summary.txt",
-        f"{RESULTS}/analyses/neighbourhood/summary.json",
-        f"{RESULTS}/analyses/deviation/summary.json",
-        f"{RESULTS}/analyses/forecast/summary.json",
-        f"{RESULTS}/analyses/distributions/summary.json",
+        expand(f"{RESULTS}/analyses/{{analysis}}/summary.json", analysis=ANALYSES),
         ([f"{RESULTS}/analyses/interference/summary.json"] if config["interference"]["experiment"] else []),
         f"{RESULTS}/report.html",
     default_target: True

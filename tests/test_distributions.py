@@ -400,7 +400,7 @@ def test_analysis_logs_one_mlflow_run_per_dataset(analysed):
     _, summary, _ = analysed
     client = MlflowClient(summary.mlflow.tracking_uri)
     exp = client.get_experiment(summary.mlflow.experiment_id)
-    assert exp.name == tracking.EXPERIMENTS["distributions"] == "hpcvar-distributions"
+    assert exp.name == tracking.experiment("distributions") == "hpcvar-distributions"
     for name, run_id in summary.mlflow.runs.items():
         metrics = client.get_run(run_id).data.metrics
         assert metrics["runs"] == summary.datasets[name].runs

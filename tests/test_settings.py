@@ -146,3 +146,17 @@ def test_analysis_help_lists_the_models_settings():
         sub = build_parser()._subparsers._group_actions[0].choices[name]
         text = " ".join(sub.format_help().split())
         assert f"settings: {', '.join(model.model_fields)} (defaults and meaning: docs/settings.md)" in text
+
+
+def test_the_registry_and_the_config_sections_name_the_same_analyses_in_the_same_order():
+    """src/hpcvar/analyses/registry.py lists the analyses; each has its `analyses:` section here,
+    its module with a `run` (what `hpcvar <analysis>` and the workflow's rule call) and a command."""
+    from hpcvar.analyses.registry import ANALYSES as REGISTRY
+    from hpcvar.cli import build_parser
+
+    assert list(REGISTRY) == list(ANALYSES)
+    assert all(REGISTRY[name].settings is model for name, model in ANALYSES.items())
+    help_text = " ".join(build_parser().format_help().split())
+    for name, analysis in REGISTRY.items():
+        assert callable(analysis.module.run), name
+        assert f"{name} {analysis.help}" in help_text or analysis.help[:40] in help_text, name

@@ -16,6 +16,30 @@ def test_lint_is_clean():
     assert out.returncode == 0 and "Congratulations" in out.stdout + out.stderr, out.stdout + out.stderr
 
 
+def test_one_rule_runs_every_analysis_of_the_registry():
+    """The workflow takes its analyses from the registry: one `analysis` job per entry, each
+    waiting for the analyses it reads (explain: deviation, neighbourhood), forecast for the truth."""
+    from hpcvar.analyses.registry import ANALYSES
+
+    out = snakemake("-n", "--quiet", "rules")
+    assert out.returncode == 0, out.stderr[-3000:]
+    counts = dict(line.split() for line in out.stdout.splitlines() if len(line.split()) == 2
+                  and line.split()[1].isdigit())
+    assert int(counts["analysis"]) == len(ANALYSES)
+    dag = snakemake("--dag")
+    assert dag.returncode == 0, dag.stderr[-3000:]
+    import re
+
+    label = {m[1]: m[2] for m in re.finditer(r'(\d+)\[label = "([^"]+)"', dag.stdout)}
+    node = {text.split("analysis: ")[1]: n for n, text in label.items() if text.startswith("analysis\\n")}
+    assert set(node) == set(ANALYSES)
+    edges = set(re.findall(r"(\d+) -> (\d+)", dag.stdout))
+    for name, analysis in ANALYSES.items():
+        before = {label[a].split("\\n")[0] if a not in node.values() else label[a].split("analysis: ")[1]
+                  for a, b in edges if b == node[name]}
+        assert before == {"collate", *analysis.reads, *(["simulate"] if analysis.takes_truth else [])}, (name, before)
+
+
 def test_invalid_config_is_rejected_with_the_key():
     out = snakemake("-n", "--config", "simulate={preset: huge, seed: 0, overrides: {}}")
     assert out.returncode != 0

@@ -108,26 +108,26 @@ def cmd_summary(a) -> int:
 
 
 def cmd_analysis(a) -> int:
-    import importlib
+    from hpcvar.analyses.registry import ANALYSES
 
-    module = importlib.import_module(f"hpcvar.analyses.{a.cmd}")
+    analysis = ANALYSES[a.cmd]
     config = {}
     if a.config:
         import yaml
 
         config = analysis_settings(yaml.safe_load(Path(a.config).read_text()) or {}, a.cmd)
     config.update({k: yaml_value(v) for k, v in _kv(a.set).items()})
-    from hpcvar.settings import ANALYSES, SettingsError
+    from hpcvar.settings import SettingsError
 
     try:  # refused here, naming the file, before the dataset is read
-        ANALYSES[a.cmd].from_mapping(config, a.config or "the --set options")
+        analysis.settings.from_mapping(config, a.config or "the --set options")
     except SettingsError as exc:
         raise SystemExit(f"hpcvar {a.cmd}: {exc}") from None
-    result = module.run(a.dataset, a.out, config, **({"truth": a.truth} if a.cmd == "forecast" else {}))
+    result = analysis.module.run(a.dataset, a.out, config, **({"truth": a.truth} if analysis.takes_truth else {}))
     from hpcvar import tracking
 
     print(f"{a.cmd}: {len(result.datasets)} datasets -> {Path(a.out) / 'summary.json'} "
-          f"(MLflow: {tracking.tracking_uri(a.dataset)}, experiment {tracking.EXPERIMENTS[a.cmd]})")
+          f"(MLflow: {tracking.tracking_uri(a.dataset)}, experiment {tracking.experiment(a.cmd)})")
     return 0
 
 
@@ -406,15 +406,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", help="also write it to this file")
     s.set_defaults(func=cmd_summary)
 
-    analyses = {
-        "neighbourhood": "rank users whose concurrent large jobs go with slow runs (mutual information, Pearson)",
-        "deviation": "rank counters explaining per-step deviations (LightGBM + RFE in grouped CV)",
-        "forecast": "forecast the next k steps from the last m (attention model vs baselines)",
-        "distributions": "PDFs/CDFs, modes (dip test) and cycle minima of step times and latencies (Confidence)",
-    }
-    from hpcvar.settings import ANALYSES
+    from hpcvar.analyses.registry import ANALYSES
 
-    for name, text in analyses.items():
+    for name, analysis in ANALYSES.items():
+        if not analysis.tracked:  # explain: a run, or every run (below)
+            continue
+        text = analysis.help
         s = sub.add_parser(name, help=text, description=f"{text}. Logs to MLflow and writes OUT/summary.json.")
         s.add_argument("dataset", help="dataset directory written by `hpcvar collate`")
         s.add_argument("--out", required=True, help="directory for summary.json, tables and figures")
@@ -423,8 +420,8 @@ def build_parser() -> argparse.ArgumentParser:
                                         f"settings alone; unknown settings are refused")
         s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                        help="override one setting, e.g. --set folds=5 (value is YAML; repeatable); settings: "
-                            f"{', '.join(ANALYSES[name].model_fields)} (defaults and meaning: docs/settings.md)")
-        if name == "forecast":
+                            f"{', '.join(analysis.settings.model_fields)} (defaults and meaning: docs/settings.md)")
+        if analysis.takes_truth:
             s.add_argument("--truth", metavar="TRUTH_JSON",
                            help="the simulator's truth.json: its oracle's error (truth_oracle.parquet beside it) is "
                                 "reported beside the models'")
@@ -464,7 +461,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_options(s, CompareSettings)  # --alpha, --min-effect, ...: docs/settings.md
     s.set_defaults(func=cmd_compare)
 
-    s = sub.add_parser("explain", help="why was this run slow? its slowdown split into causes, with the evidence",
+    s = sub.add_parser("explain", help=ANALYSES["explain"].help,
                        description="How much slower the run was than its dataset's typical (median) run, where in "
                                    "time, and the causes -- neighbours, network congestion, placement, I/O, CPU and "
                                    "memory load -- ranked by the seconds each accounts for, from the deviation and "
@@ -481,7 +478,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--config", help="YAML file with the settings (the workflow's config: its 'analyses: explain:')")
     s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override one setting (value is YAML; repeatable); settings: "
-                        f"{', '.join(ANALYSES['explain'].model_fields)} (defaults and meaning: docs/settings.md)")
+                        f"{', '.join(ANALYSES['explain'].settings.model_fields)} (defaults and meaning: docs/settings.md)")
     s.set_defaults(func=cmd_explain)
 
     s = sub.add_parser("report", help="write the self-contained HTML report for facility staff",

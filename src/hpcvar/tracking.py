@@ -20,8 +20,12 @@ from pathlib import Path
 import mlflow
 import pandas as pd
 
-EXPERIMENTS = {"neighbourhood": "hpcvar-neighbourhood", "deviation": "hpcvar-deviation",
-               "forecast": "hpcvar-forecast", "distributions": "hpcvar-distributions"}
+
+
+def experiment(analysis: str) -> str:
+    """The MLflow experiment of an analysis (those of :mod:`hpcvar.analyses.registry` that are
+    tracked): ``hpcvar-<analysis>``."""
+    return f"hpcvar-{analysis}"
 
 
 def default_store(dataset_dir: str | Path) -> Path:
@@ -36,7 +40,7 @@ def artifact_location(dataset_dir: str | Path, analysis: str) -> str | None:
     """Local artifact root for the default store; a user's own tracking server decides its own."""
     if os.environ.get("MLFLOW_TRACKING_URI"):
         return None
-    return (Path(dataset_dir).resolve().parent / "mlartifacts" / EXPERIMENTS[analysis]).as_uri()
+    return (Path(dataset_dir).resolve().parent / "mlartifacts" / experiment(analysis)).as_uri()
 
 
 @contextmanager
@@ -53,7 +57,7 @@ def session(analysis: str, dataset_dir: str | Path):
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             mlflow.set_tracking_uri(uri)  # note: MLflow also exports this as MLFLOW_TRACKING_URI
-            name = EXPERIMENTS[analysis]
+            name = experiment(analysis)
             exp = mlflow.get_experiment_by_name(name)
             exp_id = exp.experiment_id if exp else mlflow.create_experiment(
                 name, artifact_location=artifacts,

@@ -1,82 +1,38 @@
-# The three analyses of Bhatele et al. Section IV-V and Confidence-style distributions. Each reads
-# the collated dataset, logs to the MLflow store beside it (results/mlflow.db) and writes
-# results/analyses/<analysis>/summary.json with its tables and figures. Settings come from the
-# `analyses:` section of the config; the regression check (compare) from `compare:`.
+# The three analyses of Bhatele et al. Section IV-V, Confidence-style distributions and every
+# run's slowdown split into causes (explain). Each reads the collated dataset, logs to the MLflow
+# store beside it (results/mlflow.db) and writes results/analyses/<analysis>/summary.json with its
+# tables and figures. Settings come from the `analyses:` section of the config; the regression
+# check (compare) from `compare:`.
 
 
-rule neighbourhood:
+# One rule for every analysis of the registry (src/hpcvar/analyses/registry.py): `hpcvar
+# <analysis> DATASET --out DIR` with its settings, after the analyses it builds on (explain reads
+# deviation's and neighbourhood's outputs) and, for forecast, the simulator's truth (its oracle's
+# error beside the models'). A site profile sets its resources under the rule's name, `analysis`.
+rule analysis:
     input:
         collated=COLLATED,
+        reads=lambda wildcards: [f"{RESULTS}/analyses/{r}/summary.json" for r in ANALYSES[wildcards.analysis].reads],
+        truth=lambda wildcards: [TRUTH] if TRUTH and ANALYSES[wildcards.analysis].takes_truth else [],
     output:
-        summary=f"{RESULTS}/analyses/neighbourhood/summary.json",
+        summary=f"{RESULTS}/analyses/{{analysis}}/summary.json",
+    wildcard_constraints:
+        analysis="|".join(ANALYSES),
     params:
         hpcvar=HPCVAR,
         dataset=lambda wildcards, input: os.path.dirname(input.collated),
         out=lambda wildcards, output: os.path.dirname(output.summary),
-        settings=analysis_settings("neighbourhood"),
+        settings=lambda wildcards: analysis_settings(wildcards.analysis),
+        inputs=lambda wildcards, input: " ".join(
+            ([f"--analyses {os.path.dirname(os.path.dirname(input.reads[0]))}"] if input.reads else [])
+            + ([f"--truth {input.truth}"] if input.truth else [])),
     log:
-        f"{RESULTS}/logs/neighbourhood.log",
+        f"{RESULTS}/logs/{{analysis}}.log",
     conda:
         "../envs/hpcvar.yaml"
     shell:
-        "{params.hpcvar} neighbourhood {params.dataset} --out {params.out} {params.settings} > {log} 2>&1"
-
-
-rule deviation:
-    input:
-        collated=COLLATED,
-    output:
-        summary=f"{RESULTS}/analyses/deviation/summary.json",
-    params:
-        hpcvar=HPCVAR,
-        dataset=lambda wildcards, input: os.path.dirname(input.collated),
-        out=lambda wildcards, output: os.path.dirname(output.summary),
-        settings=analysis_settings("deviation"),
-    log:
-        f"{RESULTS}/logs/deviation.log",
-    conda:
-        "../envs/hpcvar.yaml"
-    shell:
-        "{params.hpcvar} deviation {params.dataset} --out {params.out} {params.settings} > {log} 2>&1"
-
-
-rule forecast:
-    input:
-        collated=COLLATED,
-        # The simulator's truth.json (its oracle's error beside the models'), when simulated.
-        truth=[TRUTH] if TRUTH else [],
-    output:
-        summary=f"{RESULTS}/analyses/forecast/summary.json",
-    params:
-        hpcvar=HPCVAR,
-        dataset=lambda wildcards, input: os.path.dirname(input.collated),
-        out=lambda wildcards, output: os.path.dirname(output.summary),
-        settings=analysis_settings("forecast"),
-        truth=lambda wildcards, input: f"--truth {input.truth}" if input.truth else "",
-    log:
-        f"{RESULTS}/logs/forecast.log",
-    conda:
-        "../envs/hpcvar.yaml"
-    shell:
-        "{params.hpcvar} forecast {params.dataset} --out {params.out} {params.truth} {params.settings} > {log} 2>&1"
-
-
-rule distributions:
-    input:
-        collated=COLLATED,
-    output:
-        summary=f"{RESULTS}/analyses/distributions/summary.json",
-    params:
-        hpcvar=HPCVAR,
-        dataset=lambda wildcards, input: os.path.dirname(input.collated),
-        out=lambda wildcards, output: os.path.dirname(output.summary),
-        settings=analysis_settings("distributions"),
-    log:
-        f"{RESULTS}/logs/distributions.log",
-    conda:
-        "../envs/hpcvar.yaml"
-    shell:
-        "{params.hpcvar} distributions {params.dataset} --out {params.out} {params.settings} > {log} 2>&1"
+        "{params.hpcvar} {wildcards.analysis} {params.dataset} --out {params.out} {params.inputs} {params.settings}"
+        " > {log} 2>&1"
 
 
 rule compare:
@@ -101,27 +57,3 @@ rule compare:
         "{params.hpcvar} compare {params.dataset} --before {params.before} --after {params.after}"
         " {params.settings}"
         " --out {params.out} > {log} 2>&1 || [ $? -eq 1 ]"
-
-
-# Every run's slowdown split into causes (`hpcvar explain`), from what deviation and neighbourhood
-# computed: each dataset's findings and its slowest runs explained, for the report.
-rule explain:
-    input:
-        collated=COLLATED,
-        deviation=f"{RESULTS}/analyses/deviation/summary.json",
-        neighbourhood=f"{RESULTS}/analyses/neighbourhood/summary.json",
-    output:
-        summary=f"{RESULTS}/analyses/explain/summary.json",
-    params:
-        hpcvar=HPCVAR,
-        dataset=lambda wildcards, input: os.path.dirname(input.collated),
-        analyses=lambda wildcards, input: os.path.dirname(os.path.dirname(input.deviation)),
-        out=lambda wildcards, output: os.path.dirname(output.summary),
-        settings=analysis_settings("explain"),
-    log:
-        f"{RESULTS}/logs/explain.log",
-    conda:
-        "../envs/hpcvar.yaml"
-    shell:
-        "{params.hpcvar} explain {params.dataset} --analyses {params.analyses} --out {params.out} {params.settings}"
-        " > {log} 2>&1"

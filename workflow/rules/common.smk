@@ -34,6 +34,10 @@ HPCVAR = _venv_hpcvar if os.path.exists(_venv_hpcvar) else "hpcvar"
 # reports the simulator's oracle error beside its own.
 TRUTH = f"{RAW_DIR}/truth.json" if config["source"] == "simulate" else None
 
+# The analyses (src/hpcvar/analyses/registry.py: one list for the command line, MLflow, this
+# workflow and the report; the hpcvar package is installed beside this Snakemake by ./setup.sh).
+from hpcvar.analyses.registry import ANALYSES
+
 
 def analysis_settings(name, **extra):
     """The analysis's config section as `--set key=value` options (values as JSON, which is YAML)."""

@@ -2,7 +2,7 @@
 # in it registered by section (category) and dataset (subcategory). `hpcvar report` draws nothing
 # the analyses already drew: their numbers and figures come from their summary.json files.
 
-ANALYSES = (["neighbourhood", "deviation", "forecast", "distributions", "explain"] + (["compare"] if COMPARE else [])
+REPORTED = (list(ANALYSES) + (["compare"] if COMPARE else [])
             + (["interference"] if config["interference"]["experiment"] else []))
 
 
@@ -28,7 +28,7 @@ rule effective_config:
 rule report:
     input:
         collated=COLLATED,
-        summaries=expand(f"{RESULTS}/analyses/{{analysis}}/summary.json", analysis=ANALYSES),
+        summaries=expand(f"{RESULTS}/analyses/{{analysis}}/summary.json", analysis=REPORTED),
         config=f"{RESULTS}/config.yaml",
     output:
         html=report(

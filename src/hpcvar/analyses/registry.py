@@ -1,0 +1,56 @@
+"""The analyses, in one place: what the command line, MLflow tracking, the workflow's rule and the
+report take their list from.
+
+Each entry names the analysis (its module ``hpcvar.analyses.<name>``, its command ``hpcvar
+<name>``, its config section ``analyses: <name>:`` and its output directory
+``<results>/analyses/<name>/``), its settings model (:mod:`hpcvar.settings`), what it builds on and
+whether it logs to MLflow (experiment ``hpcvar-<name>``, :func:`hpcvar.tracking.experiment`).
+The regression check (``hpcvar compare``, config ``compare:``) and the interference experiment
+are not in it: they compare windows or run jobs of their own, with commands of their own.
+
+Nothing here imports an analysis module: :meth:`Analysis.module` does, when one is run.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from types import ModuleType
+
+from hpcvar.settings import (DeviationSettings, DistributionsSettings, ExplainSettings, ForecastSettings,
+                             NeighbourhoodSettings, Settings)
+
+
+@dataclass(frozen=True)
+class Analysis:
+    name: str
+    #: One line for ``hpcvar --help`` and the workflow's documentation.
+    help: str
+    settings: type[Settings]
+    #: Analyses whose outputs it reads (``--analyses DIR``; the workflow waits for them).
+    reads: tuple[str, ...] = ()
+    #: It reports the simulator's oracle beside its models when given ``--truth`` (a rule input).
+    takes_truth: bool = False
+    #: It logs its runs to MLflow.
+    tracked: bool = True
+
+    @property
+    def module(self) -> ModuleType:
+        return importlib.import_module(f"hpcvar.analyses.{self.name}")
+
+
+#: In report order.
+ANALYSES: dict[str, Analysis] = {a.name: a for a in (
+    Analysis("neighbourhood", "rank users whose concurrent large jobs go with slow runs (mutual information, Pearson)",
+             NeighbourhoodSettings),
+    Analysis("deviation", "rank counters explaining per-step deviations (LightGBM + RFE in grouped CV)",
+             DeviationSettings),
+    Analysis("forecast", "forecast the next k steps from the last m (attention model vs baselines)", ForecastSettings,
+             takes_truth=True),
+    Analysis("distributions", "PDFs/CDFs, modes (dip test) and cycle minima of step times and latencies (Confidence)",
+             DistributionsSettings),
+    Analysis("explain", "why was this run slow? its slowdown split into causes, with the evidence", ExplainSettings,
+             reads=("deviation", "neighbourhood"), tracked=False),
+)}
+
+assert all(a.settings.name == name for name, a in ANALYSES.items())
