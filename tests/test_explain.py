@@ -118,3 +118,34 @@ def test_runs_without_steps_are_explained_from_the_dataset_statistics(explained)
     assert e.steps == 0 and e.step_times == [] and e.basis in ("dataset statistics", "none")
     assert any("no per-step times" in m for m in e.missing)
     assert sum(k.seconds for k in e.causes) <= max(e.excess_s, 0) + 1e-9
+
+
+def test_a_user_implicated_only_elsewhere_is_named_only_where_they_shared_a_global_link(explained):
+    """The cross-dataset suspects: implicated (Pearson r > 0, p < alpha) in another dataset of the
+    system and not in the run's own; named as a cause of a run only when their jobs shared two of
+    its groups. Every neighbour cause of every dataset's slowest runs obeys it."""
+    c, out, result, _ = explained
+    ctx = explain.Context(c.dataset, out)
+    alpha = ctx.settings.alpha
+    checked = 0
+    for name in result.datasets:
+        here = ctx.implicated(name)
+        elsewhere = ctx.implicated_elsewhere(name)
+        for user, others in elsewhere.items():
+            assert user not in here and others and name not in others
+            for other in others:
+                row = ctx.ranking(other).loc[user]
+                assert row["nodes_r"] > 0 and row["nodes_p"] < alpha, (other, user)
+        runs = ctx.dataset_runs(name).sort_values("total_time_s").index[-5:]
+        for rid in runs:
+            e = explain.explain_run(ctx, rid, with_steps=False)
+            for cause in e.causes:
+                if cause.category != "neighbours":
+                    continue
+                checked += 1
+                evidence = next(u for u in cause.users if u.user == cause.user)
+                assert evidence.implicated == (cause.user in here)
+                if not evidence.implicated:
+                    assert evidence.implicated_elsewhere == elsewhere[cause.user]
+                    assert evidence.shared_groups >= explain.LINK_GROUPS, (rid, evidence)
+    assert checked >= 10

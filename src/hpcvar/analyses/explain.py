@@ -19,7 +19,12 @@ Nothing here fits a model of its own:
   median against how many jobs of each implicated user were running, non-negative least squares),
   so a user who merely kept a culprit company gets little. In the run's steps with their jobs
   running, that much of the step's excess (at most all of it) is theirs, and leaves the
-  network's share; what the network's counters explain beyond it stays "network".
+  network's share; what the network's counters explain beyond it stays "network". A user that
+  other datasets of the system implicate but this one does not (the study's cross-dataset view)
+  is a suspect too, counted only where their jobs shared two of the run's groups, so a global
+  link (:meth:`Context.implicated_elsewhere`): a small job Slurm mostly packs into one group
+  rarely meets a culprit on a global link, and its own statistics then miss the culprit that
+  slowed the few runs that did.
 * **No clear cause** when the largest cause accounts for less than ``min_share`` of the excess;
   the unexplained remainder is always given.
 
@@ -53,6 +58,9 @@ from hpcvar.settings import ExplainSettings
 PLACEMENT = ("num_routers", "num_groups")
 #: Jobs on fewer nodes do not use the interconnect between nodes: they are never given network time.
 NETWORK_MIN_NODES = 2
+#: A job sharing this many of a run's groups can share a global link with it (minimal routing
+#: between two groups takes the link between them).
+LINK_GROUPS = 2
 #: Causes below this share of the run's excess are not listed (their seconds stay unexplained).
 MIN_CAUSE_SHARE = 0.01
 #: Share of the run's positive step excess the listed slow steps hold.
@@ -216,6 +224,29 @@ class Context:
             out[str(user)] = float(w / wo - 1) if pd.notna(w) and pd.notna(wo) and wo > 0 and w > wo else 0.0
         return out
 
+    def implicated_elsewhere(self, dataset: str) -> dict[str, list[str]]:
+        """Users this dataset does not implicate but other datasets of the system do (the study's
+        cross-dataset view, its Table III), with those datasets. A dataset whose runs mostly stay
+        inside one group, such as a small job Slurm packs, rarely meets a culprit on a global
+        link, so its own statistics miss the culprit that slowed the few runs that did; such a
+        user counts in its runs only where their jobs shared :data:`LINK_GROUPS` of the run's
+        groups (:func:`_presence`)."""
+        key = ("elsewhere", dataset)
+        if key not in self._cache:
+            here = self.implicated(dataset)
+            out: dict[str, list[str]] = {}
+            for other in sorted(self.neighbourhood.datasets if self.neighbourhood else []):
+                if other != dataset:
+                    for user in self.implicated(other):
+                        if user not in here:
+                            out.setdefault(user, []).append(other)
+            self._cache[key] = out
+        return self._cache[key]
+
+    def suspects(self, dataset: str) -> list[str]:
+        """The users whose jobs may take a run's time: implicated here or elsewhere."""
+        return sorted({*self.implicated(dataset), *self.implicated_elsewhere(dataset)})
+
     @property
     def min_nodes(self) -> int:
         """The smallest job that counts as a neighbour on the network: larger than the
@@ -242,11 +273,13 @@ class Context:
         attribution, each run's slowdown against how many of their jobs were alongside. A user
         whose long jobs merely kept the company of a culprit correlates with slow runs as well
         (that is how they got implicated), but adds nothing once the culprit's own jobs are
-        accounted for; each job of a culprit loads the network on its own, so they count."""
+        accounted for; each job of a culprit loads the network on its own, so they count. Users
+        implicated elsewhere (:meth:`implicated_elsewhere`) are estimated alike, their jobs
+        counted where they shared a global link with the run."""
         key = ("effects", dataset)
         if key in self._cache:
             return self._cache[key]
-        users = sorted(self.implicated(dataset))
+        users = self.suspects(dataset)
         out: dict[str, float] = {}
         if users:
             xs, ys = [], []
@@ -284,16 +317,19 @@ class Context:
         """How time is shared among implicated users whose jobs ran at the same time: by their
         joint effects (:meth:`effects`); where those are all nil, by mutual information."""
         effects, mi = self.effects(dataset), self.mi(dataset)
-        return {u: effects.get(u, 0.0) + 1e-9 * (mi.get(u, 0.0) + 1e-3) for u in self.implicated(dataset)}
+        return {u: effects.get(u, 0.0) + 1e-9 * (mi.get(u, 0.0) + 1e-3) for u in self.suspects(dataset)}
 
 
 def _presence(ctx: Context, run: pd.Series, steps: pd.DataFrame, users: list[str]) -> pd.DataFrame:
     """Per step (rows: ``steps['step']``, with its ``t0``/``t1``) and user of ``users``: how many
     of the user's jobs that count (:meth:`Context.min_nodes`) were running alongside the run
-    (each job loads the network on its own)."""
+    (each job loads the network on its own); for users implicated only in other datasets, only
+    the jobs that shared :data:`LINK_GROUPS` of the run's groups."""
     neigh = ctx.data["neighbourhood"]
+    linked = set(ctx.implicated_elsewhere(run["dataset"]))
     neigh = neigh[(neigh["run_id"] == run["run_id"]) & neigh["user"].isin(users)
                   & (neigh["num_nodes"] >= ctx.min_nodes) & neigh["start"].notna()]
+    neigh = neigh[~neigh["user"].isin(linked) | (neigh["shared_groups"].fillna(0) >= LINK_GROUPS)]
     present = pd.DataFrame(0.0, index=pd.Index(steps["step"] if not steps.empty else [], name="step"),
                            columns=list(users))
     if steps.empty:
@@ -329,6 +365,7 @@ def _neighbours(ctx: Context, run: pd.Series, steps: pd.DataFrame, slow: set[int
     neigh = neigh[neigh["run_id"] == run["run_id"]]
     ranking = ctx.ranking(run["dataset"])
     implicated = ctx.implicated(run["dataset"])
+    elsewhere = ctx.implicated_elsewhere(run["dataset"])
     present = pd.DataFrame(index=steps["step"] if not steps.empty else [])
     out = []
     for user, jobs in neigh.groupby("user"):
@@ -349,11 +386,12 @@ def _neighbours(ctx: Context, run: pd.Series, steps: pd.DataFrame, slow: set[int
             shared_groups=int(jobs["shared_groups"].max()) if jobs["shared_groups"].notna().any() else None,
             shared_routers=int(jobs["shared_routers"].max()) if jobs["shared_routers"].notna().any() else None,
             slow_steps_alongside=int(running[running.index.isin(slow)].sum()) if len(running) else None,
-            implicated=user in implicated, rank_mi=None if val("rank_mi") is None else int(val("rank_mi")),
+            implicated=user in implicated, implicated_elsewhere=elsewhere.get(str(user), []),
+            rank_mi=None if val("rank_mi") is None else int(val("rank_mi")),
             nodes_r=val("nodes_r"), nodes_p=val("nodes_p"), mean_time_with_s=val("mean_time_with_s"),
             mean_time_without_s=val("mean_time_without_s")))
     out.sort(key=lambda e: (not e.implicated, -(e.overlap_s or 0.0), e.user))
-    there = [u for u in implicated if u in set(neigh["user"])]
+    there = [u for u in ctx.suspects(run["dataset"]) if u in set(neigh["user"])]
     present = _presence(ctx, run, steps, there) if there and not steps.empty else present
     present = present.loc[:, present.sum() > 0] if len(present.columns) else present
     return out, present
@@ -400,7 +438,9 @@ def _line(cause: Cause, run: pd.Series) -> str:
             where = f"{e.jobs} job{'s' if e.jobs > 1 else ''} on up to {e.max_nodes} nodes alongside"
             if e.shared_groups is not None:
                 where += f", in {e.shared_groups} of the run's groups"
-            if e.mean_time_with_s and e.mean_time_without_s:
+            if e.implicated_elsewhere and not e.implicated:
+                where += f" (a global link shared); implicated in {', '.join(e.implicated_elsewhere)}"
+            elif e.mean_time_with_s and e.mean_time_without_s:
                 where += (f"; the dataset's runs average {_fmt_s(e.mean_time_with_s)} with them, "
                           f"{_fmt_s(e.mean_time_without_s)} without")
         return f"neighbours: {cause.user} ({_fmt_s(cause.seconds)}, {pct}): {where}"
@@ -515,6 +555,12 @@ def explain_run(ctx: Context, run_id: str, *, with_steps: bool = True) -> RunExp
             # most the excess, split by that cost.
             there = {e.user: implicated[e.user] for e in alongside if e.user in implicated
                      and implicated[e.user] > 0 and e.max_nodes >= NETWORK_MIN_NODES}
+            # ... and those implicated elsewhere whose jobs shared a global link with the run,
+            # what their jobs add here by the joint estimate.
+            effects = ctx.effects(name)
+            there.update({e.user: effects.get(e.user, 0.0) for e in alongside if e.implicated_elsewhere
+                          and effects.get(e.user, 0.0) > 0 and e.max_nodes >= NETWORK_MIN_NODES
+                          and (e.shared_groups or 0) >= LINK_GROUPS})
             if there:
                 budget = min(excess, typical * max(there.values()))
                 w = ctx.weights(name)
@@ -527,8 +573,11 @@ def explain_run(ctx: Context, run_id: str, *, with_steps: bool = True) -> RunExp
             if (p.num_groups is not None and p.dataset_min_groups is not None and p.num_groups > p.dataset_min_groups
                     and p.median_time_same_groups_s and p.median_time_fewest_groups_s
                     and p.median_time_same_groups_s > p.median_time_fewest_groups_s):
-                sec = min(excess, typical * (p.median_time_same_groups_s / p.median_time_fewest_groups_s - 1))
-                causes.append(Cause(category="placement", seconds=sec, share=0.0, line="", placement=p))
+                # What the neighbours did not take of the excess, at most.
+                left = excess - sum(c.seconds for c in causes)
+                sec = min(left, typical * (p.median_time_same_groups_s / p.median_time_fewest_groups_s - 1))
+                if sec > 0:
+                    causes.append(Cause(category="placement", seconds=sec, share=0.0, line="", placement=p))
     # Causes too small to name (what is left of the network once its users took their part).
     causes = sorted((c for c in causes if c.seconds > MIN_CAUSE_SHARE * max(excess, 0.0)), key=lambda c: -c.seconds)
     explained = float(sum(c.seconds for c in causes))
@@ -579,6 +628,9 @@ def render(e: RunExplanation) -> str:
                 if u.nodes_r is not None:
                     lines.append(f"       in {e.dataset}: Pearson r {u.nodes_r:.2f} (p {u.nodes_p:.2g}) of run time "
                                  f"with their nodes alongside" + (f"; MI rank {u.rank_mi}" if u.rank_mi else ""))
+                if u.implicated_elsewhere and not u.implicated:
+                    lines.append(f"       implicated in {', '.join(u.implicated_elsewhere)} of this system, not in "
+                                 f"{e.dataset}; their jobs shared {u.shared_groups} of the run's groups")
                 if u.slow_steps_alongside is not None and e.slow_steps:
                     lines.append(f"       a job of theirs ran during {u.slow_steps_alongside} of the slow steps")
             for k in c.counters:
@@ -586,7 +638,8 @@ def render(e: RunExplanation) -> str:
                              + (f", {k.ratio:.2g}x its typical value in the slow steps" if k.ratio is not None else ""))
     if e.excess_s > 0:
         lines.append(f"Unexplained: {_fmt_s(e.unexplained_s)} ({100 * e.unexplained_share:.0f}% of the excess).")
-    others = [u for u in e.alongside if not u.implicated]
+    named = {c.user for c in e.causes if c.user}
+    others = [u for u in e.alongside if not u.implicated and u.user not in named]
     if others:
         lines.append("Also alongside (not implicated in this dataset): " + ", ".join(
             f"{u.user} ({u.max_nodes} nodes" + (f", {u.overlap_s:.0f} s" if u.overlap_s is not None else "") + ")"

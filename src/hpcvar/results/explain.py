@@ -27,6 +27,7 @@ class NeighbourEvidence(Record):
     shared_routers: int | None
     slow_steps_alongside: int | None  # of the run's slow steps, those during which a job of theirs ran
     implicated: bool  # runs of the dataset are significantly slower with them (Pearson, alpha)
+    implicated_elsewhere: list[str] = []  # if not: the system's other datasets that implicate them
     rank_mi: int | None = None
     nodes_r: float | None = None
     nodes_p: float | None = None
