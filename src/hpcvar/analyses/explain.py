@@ -293,14 +293,14 @@ class Context:
                     present = _presence(self, run, steps, users)
                     part = part.set_index("step")
                     xs.append(present.reindex(part.index).fillna(0.0).to_numpy())
-                    ys.append((part["duration_s"] / part["typical_s"] - 1).to_numpy())
+                    ys.append(np.log((part["duration_s"] / part["typical_s"]).where(lambda r: r > 0)).to_numpy())
             else:
                 runs = self.dataset_runs(dataset)
                 typical = float(runs["total_time_s"].median())
                 for rid, run in runs.iterrows():
                     window = pd.DataFrame({"step": [0], "t0": [run["start"]], "t1": [run["end"]]})
                     xs.append(_presence(self, run, window, users).to_numpy())
-                    ys.append(np.array([run["total_time_s"] / typical - 1]))
+                    ys.append(np.log(np.array([run["total_time_s"] / typical])))
             if xs:
                 from scipy.optimize import nnls
 
@@ -523,8 +523,9 @@ def explain_run(ctx: Context, run_id: str, *, with_steps: bool = True) -> RunExp
             est = pres.mul(pd.Series({u: effects.get(u, 0.0) for u in pres.columns}), axis=1).sum(axis=1)
             excess_step = (rows.set_index("step")["duration_s"] - rows.set_index("step")["typical_s"]).clip(lower=0)
             cap = excess_step.reindex(net.index).fillna(0.0)
-            typical_step = rows.set_index("step")["typical_s"].reindex(net.index)
-            given = share.mul(np.minimum(est * typical_step, cap), axis=0)
+            # est is a log factor: without their jobs the step would have taken exp(-est) of it.
+            took = rows.set_index("step")["duration_s"].reindex(net.index)
+            given = share.mul(np.minimum(took * -np.expm1(-est), cap), axis=0)
             user_s = {u: float(given[u].sum()) for u in given.columns if given[u].sum() > 0}
             by_cat["network"] = net - given.sum(axis=1)
         per_feature = secs.sum()
@@ -552,17 +553,19 @@ def explain_run(ctx: Context, run_id: str, *, with_steps: bool = True) -> RunExp
                            "or no counters)")
         if excess > 0:
             # The implicated users alongside take what the dataset says their presence costs, at
-            # most the excess, split by that cost.
+            # most the excess, split by that cost. A cost multiplies a run's time (as the step
+            # effects above do): by 1 + c, so c / (1 + c) of this run's time is theirs.
             there = {e.user: implicated[e.user] for e in alongside if e.user in implicated
                      and implicated[e.user] > 0 and e.max_nodes >= NETWORK_MIN_NODES}
             # ... and those implicated elsewhere whose jobs shared a global link with the run,
             # what their jobs add here by the joint estimate.
             effects = ctx.effects(name)
-            there.update({e.user: effects.get(e.user, 0.0) for e in alongside if e.implicated_elsewhere
+            there.update({e.user: float(np.expm1(effects.get(e.user, 0.0))) for e in alongside if e.implicated_elsewhere
                           and effects.get(e.user, 0.0) > 0 and e.max_nodes >= NETWORK_MIN_NODES
                           and (e.shared_groups or 0) >= LINK_GROUPS})
             if there:
-                budget = min(excess, typical * max(there.values()))
+                cost = max(there.values())
+                budget = min(excess, total * cost / (1 + cost))
                 w = ctx.weights(name)
                 weight = {u: w[u] for u in there}
                 for e in alongside:
