@@ -154,7 +154,7 @@ def main(argv=None) -> int:
     print("\n# explain")
     print(f"runs across the groups beside the culprit, >= 20% slower: {c['runs']}; culprit named first: "
           f"{c['hits']} ({(c['share'] or 0):.0%}); top causes named: {c['named']}")
-    print(f"slowed runs of rounds with the CPU hog and no culprit: {h['runs']}; blamed on the network: "
+    print(f"slowed runs of rounds with the CPU hog, no culprit and the links' first rate: {h['runs']}; blamed on the network: "
           f"{h['blamed_on_network']}; top causes named: {h['named']}")
 
     print("\n# wall time per round (min)")

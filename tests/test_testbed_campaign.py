@@ -13,6 +13,7 @@ the regression in the direction planted, and no verdict where nothing was plante
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import uuid
@@ -32,11 +33,13 @@ from test_campaign import PROFILE
 pytestmark = pytest.mark.slow
 #: Twelve rounds, the global links' rate dropped from round 7: six runs of each dataset a side, the
 #: fewest with which compare's test for samples grouped by run (exchanging whole runs) can reach
-#: significance after Holm. The full campaign's 50 -> 35 Mbit/s is not enough for that: its 40
-#: rounds call the 4-node proxy's run times "changed shape" but the allreduce "unchanged" (+34%,
-#: with the culprit's rounds spreading both sides; README). Here 50 -> 20 Mbit/s, so that even the
-#: runs beside the culprit before the drop stay faster than the quiet ones after it.
-ROUNDS, UPGRADE, DROPPED = 12, 7, "20mbit"
+#: significance after Holm, and then only if every run after the drop is slower than every run
+#: before it. The culprit's traffic must therefore slow a run before the drop less than the drop
+#: slows a quiet run: here 20 Mbit/s each way (50 left 30 Mbit/s, 1.7x) and a drop to 15 Mbit/s
+#: (3.3x). (With the full campaign's 30 Mbit/s and a drop to 20, both leave 20 Mbit/s: the
+#: windows overlap and the verdict is "unchanged", as the full campaign's 50 -> 35 is for its
+#: allreduce: README.) The balanced design puts the culprit in three rounds a side.
+ROUNDS, UPGRADE, DROPPED, CULPRIT_RATE = 12, 7, "15mbit", "20M"
 WINDOW = UPGRADE - 1
 #: Datasets whose runs always span both groups (4 of the 6 nodes): the culprit's traffic on the
 #: global link reaches them whenever it runs.
@@ -60,6 +63,8 @@ def campaign(testbed):  # noqa: F811
     # Short: the proxy at 2 and 4 nodes, the collectives at 4, few iterations, one task per node.
     c["environment"] = {**c["environment"], "HPCVAR_BUILD_CACHE": str(wd / "build-cache")}
     c["background"]["upgrade"] = {"round": UPGRADE, "global_rate": DROPPED}
+    c["background"]["jobs"] = [{**j, "bitrate": CULPRIT_RATE} if j["kind"] == "global-traffic" else j
+                               for j in c["background"]["jobs"]]
     config["compare"] = {"before": f"round:001..{UPGRADE - 1:03d}", "after": f"round:{UPGRADE:03d}..{ROUNDS:03d}"}
     (wd / "campaign.yaml").write_text(yaml.safe_dump(config))
     out = snakemake("--profile", PROFILE, "--configfile", "campaign.yaml", cwd=wd, env=testbed["env"],
@@ -71,7 +76,10 @@ def campaign(testbed):  # noqa: F811
     roles = {pseudo(user): role for user, role in truth["users"].items()}
     yield {"results": res, "truth": truth, "roles": roles, "dataset": Dataset(res / "dataset"), "pseudonym": pseudo,
            "culprit": next(p for p, r in roles.items() if r == "culprit"), "workdir": wd}
-    shutil.rmtree(wd, ignore_errors=True)
+    if os.environ.get("HPCVAR_KEEP_CAMPAIGN"):
+        print(f"campaign kept (HPCVAR_KEEP_CAMPAIGN): {wd}")
+    else:
+        shutil.rmtree(wd, ignore_errors=True)
 
 
 def summary(campaign, analysis: str) -> dict:
@@ -95,31 +103,38 @@ def test_what_was_planted_is_in_the_truth_file_round_by_round(campaign):
     assert (runs.groupby("dataset").size() == ROUNDS).all()
 
 
-@pytest.mark.xfail(reason="not reliably at 12 rounds: in one of two runs here a decoy whose traffic stays inside a "
-                          "group came before the culprit in amgproxy-4's MI ranking (the 40-round campaign puts the "
-                          "culprit first in both rankings of every dataset: benchmarks/bench_testbed_campaign.py)",
-                   strict=False)
-def test_neighbourhood_puts_the_culprit_first_in_both_rankings(campaign):
-    s = summary(campaign, "neighbourhood")
+@pytest.mark.parametrize("name", [
+    STEPPED,
+    pytest.param("collectives-4", marks=pytest.mark.xfail(
+        reason="not at 12 rounds: the drop to 15 Mbit/s in half the rounds triples every allreduce after it, "
+               "which decides whether a run is 'optimal' for the MI ranking more than the culprit does: its "
+               "mutual information tied the decoys' (0.014) in two runs here, and its Pearson r led theirs by "
+               "0.38 to 0.32 (the 40-round campaign, where the drop comes in the last quarter of the rounds, ranks it first in both)",
+        strict=False)),
+])
+def test_neighbourhood_puts_the_culprit_first_in_both_rankings(campaign, name):
+    """The culprit first among the users alongside, in the MI ranking (the study's) and the Pearson
+    ranking (its sequel's), slowing runs, with the decoys as often and as large below it: the
+    balanced design leaves their presence uncorrelated with the culprit's, so only its traffic
+    tells them apart."""
+    d = summary(campaign, "neighbourhood")["datasets"][name]
     roles = campaign["roles"]
-    for name in CROSSING:
-        d = s["datasets"][name]
-        mi = [u["user"] for u in d["top_users"]]
-        pearson = [u["user"] for u in d["top_users_by_nodes_r"]]
-        assert mi[0] == campaign["culprit"], (name, [roles.get(u, u) for u in mi])
-        assert pearson[0] == campaign["culprit"], (name, [roles.get(u, u) for u in pearson])
-        assert d["top_users"][0]["direction"] == "slower"
+    mi = [u["user"] for u in d["top_users"]]
+    pearson = [u["user"] for u in d["top_users_by_nodes_r"]]
+    assert mi[0] == campaign["culprit"], [(roles.get(u["user"]), u["mi"]) for u in d["top_users"]]
+    assert pearson[0] == campaign["culprit"], [(roles.get(u["user"]), u["nodes_r"]) for u in d["top_users_by_nodes_r"]]
+    assert d["top_users"][0]["direction"] == "slower"
+    # Above every decoy, not merely ordered before a tie.
+    assert d["top_users"][0]["mi"] > d["top_users"][1]["mi"], d["top_users"]
 
 
-@pytest.mark.xfail(reason="not reliably at 12 rounds: a GL_ counter was among the top 3 in two of three runs here; "
-                          "in the third the node links' backlog and queue (NL_BACKLOG_BMS, NL_QUEUED_US) and the I/O "
-                          "pressure were, and the report's text then named no global link (the 40-round campaign: "
-                          "GL_TX_BYTES second, named in words)", strict=False)
 def test_deviation_finds_the_global_link_counters(campaign):
+    """A global-link counter among the three most relevant to the cross-group proxy's step
+    deviations (with the balanced design: GL_TX_BYTES and GL_QUEUED_US second, 0.6, after the
+    CPU pressure, in three runs here), and the report saying which link in words."""
     relevance = summary(campaign, "deviation")["datasets"][STEPPED]["relevance"]
     top = [r["counter"] for r in relevance[:3]]
-    assert any(c.startswith("GL_") for c in top), top
-    # ... and the report says which link in words (it did when the counters were found).
+    assert any(c.startswith("GL_") for c in top), [(r["counter"], r["relevance"]) for r in relevance[:6]]
     assert "global links" in (campaign["results"] / "report.html").read_text()
 
 
@@ -142,14 +157,12 @@ def _explained(campaign) -> tuple[pd.DataFrame, dict]:
                                                         campaign["truth"], campaign["pseudonym"])
 
 
-@pytest.mark.xfail(reason="not reached yet: the culprit is the top cause of 40% of the slowed runs that shared its "
-                          "link in 12-round campaigns here (0-40%) and of 71% in the 40-round one (29 of 41; the bar is 80%): "
-                          "the proxy's 20 ms steps are dominated by CPU pressure, and the 2-node proxy implicates "
-                          "the culprit at p = 0.07 only (README, 'A campaign with a known cause')", strict=False)
 def test_explain_names_the_culprit_for_the_runs_it_slowed(campaign):
     """`hpcvar explain` (the workflow's explain step): the culprit is the top cause of at least
     80% of the runs that shared a global link with its traffic and were slowed (20% or more over
-    their dataset's median)."""
+    their dataset's median). The 2-node proxy's runs cross the groups only now and then, so its
+    own statistics do not implicate the culprit: explain takes the other datasets' word for it
+    where the culprit's job shared the run's global link."""
     _, score = _explained(campaign)
     print(score)
     assert score["culprit"]["runs"] >= 5, score
@@ -158,8 +171,8 @@ def test_explain_names_the_culprit_for_the_runs_it_slowed(campaign):
 
 def test_explain_never_blames_the_cpu_hog_or_the_network_for_its_rounds(campaign):
     """The CPU-only user is never named the top cause of any run (its one-node job has no
-    traffic between nodes), and no slowed run of a round with it but without the culprit is put
-    on the network."""
+    traffic between nodes), and no slowed run of a round with it but without the culprit, before
+    the rate drop (after it the slower links are a network cause), is put on the network."""
     explained, score = _explained(campaign)
     hog = next(p for p, r in campaign["roles"].items() if r == "decoy (CPU only)")
     assert hog not in set(explained["top_user"].dropna()), explained["top_user"].value_counts()
@@ -175,7 +188,7 @@ def test_the_regression_check_finds_the_rate_drop(campaign):
     pair = next(p for p in s["pairs"] if (p["test"], p["variable"]) == ("collectives-4", "allreduce_65536B_us"))
     assert (pair["n_before"], pair["n_after"]) == (WINDOW * 20, (ROUNDS - WINDOW) * 20), pair
     assert pair["verdict"] == "slower", pair
-    assert pair["median_after"] > 1.5 * pair["median_before"], pair  # 50 -> 20 Mbit/s: 2.5x on a quiet link
+    assert pair["median_after"] > 1.5 * pair["median_before"], pair  # 50 -> 15 Mbit/s: 3.3x on a quiet link
 
 
 def test_the_cpu_hog_is_not_blamed_for_the_network(campaign):

@@ -28,7 +28,7 @@ it then takes most of a global link and little of a node link, so only the runs 
 link with it feel it, and a slower global link (the upgrade) leaves them even less room.
 
 ``upgrade`` plants a change of the fabric: from round ``round`` on, every global link is shaped
-to ``global_rate`` (e.g. 50 -> 35 Mbit/s), what a regression check should find. What was planted,
+to ``global_rate`` (e.g. 50 -> 15 Mbit/s), what a regression check should find. What was planted,
 when and where, is written per round (``rounds/<id>/background.json``) and gathered in the
 campaign's truth file ``<results>/truth.json``, read by nothing but the checks.
 """

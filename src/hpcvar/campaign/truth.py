@@ -59,15 +59,17 @@ def score_explanations(explained: pd.DataFrame, runs: pd.DataFrame, truth: dict,
     * ``culprit``: the runs that shared a global link with the culprit's traffic (across groups, in
       a round with it) and were at least ``slow`` slower than their dataset's median; ``hits``:
       those whose top cause is the culprit (neighbours, its pseudonym);
-    * ``hog``: the slowed runs of rounds with the CPU-only user and without the culprit;
-      ``blamed_on_network``: those whose top cause is the network or a traffic neighbour.
+    * ``hog``: the slowed runs of rounds with the CPU-only user and without the culprit, before
+      the upgrade (after it the slower links are a real network cause); ``blamed_on_network``:
+      those whose top cause is the network or a traffic neighbour.
     """
     table = runs_with_truth(runs, truth).merge(explained, on="run_id", how="inner")
     culprit = next(pseudonym(u) for u, role in truth["users"].items() if role == "culprit")
     slowed = table[table["slowdown"] >= 1 + slow]
     shared = slowed[slowed["culprit"] & slowed["across"]]
     hits = shared[(shared["top_category"] == "neighbours") & (shared["top_user"] == culprit)]
-    hog = slowed[slowed["hog"] & ~slowed["culprit"]]
+    base = truth["rounds"][0]["global_rate"] if truth["rounds"] else None
+    hog = slowed[slowed["hog"] & ~slowed["culprit"] & (slowed["global_rate"] == base)]
     network = hog[hog["top_category"].isin(["network", "neighbours"])]
     return {"culprit": {"runs": len(shared), "hits": len(hits), "share": len(hits) / len(shared) if len(shared) else None,
                         "named": shared["top_category"].fillna("none").value_counts().to_dict()},
