@@ -335,10 +335,15 @@ def _presence(ctx: Context, run: pd.Series, steps: pd.DataFrame, users: list[str
     if steps.empty:
         return present
     for job in neigh.itertuples():
-        end = job.end if pd.notna(job.end) else pd.Timestamp.max.tz_localize("UTC")
-        on = ((job.start <= steps["t1"]) & (end >= steps["t0"])).to_numpy()
-        present.loc[on, job.user] += 1.0
+        present.loc[_during(job, steps), job.user] += 1.0
     return present
+
+
+def _during(job, steps: pd.DataFrame) -> np.ndarray:
+    """Which of the run's steps (``t0``/``t1``) a neighbour's job (``start``, ``end``; no end:
+    still running) overlapped."""
+    end = job.end if pd.notna(job.end) else pd.Timestamp.max.tz_localize("UTC")
+    return ((job.start <= steps["t1"]) & (end >= steps["t0"])).to_numpy()
 
 
 def _step_times(ctx: Context, run: pd.Series) -> pd.DataFrame:
@@ -370,12 +375,9 @@ def _neighbours(ctx: Context, run: pd.Series, steps: pd.DataFrame, slow: set[int
     out = []
     for user, jobs in neigh.groupby("user"):
         running = pd.Series(False, index=present.index)
-        if not steps.empty and jobs["start"].notna().any():
-            for job in jobs.itertuples():
-                if pd.isna(job.start):
-                    continue
-                end = job.end if pd.notna(job.end) else pd.Timestamp.max.tz_localize("UTC")
-                running |= ((job.start <= steps["t1"]) & (end >= steps["t0"])).to_numpy()
+        if not steps.empty:
+            for job in jobs[jobs["start"].notna()].itertuples():
+                running |= _during(job, steps)
         row = ranking.loc[user] if ranking is not None and user in ranking.index else None
 
         def val(key, row=row):
