@@ -21,7 +21,6 @@ import mlflow
 import pandas as pd
 
 
-
 def experiment(analysis: str) -> str:
     """The MLflow experiment of an analysis (those of :mod:`hpcvar.analyses.registry` that are
     tracked): ``hpcvar-<analysis>``."""

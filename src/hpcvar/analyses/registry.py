@@ -52,5 +52,3 @@ ANALYSES: dict[str, Analysis] = {a.name: a for a in (
     Analysis("explain", "why was this run slow? its slowdown split into causes, with the evidence", ExplainSettings,
              reads=("deviation", "neighbourhood"), tracked=False),
 )}
-
-assert all(a.settings.name == name for name, a in ANALYSES.items())

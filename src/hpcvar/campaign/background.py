@@ -43,8 +43,8 @@ import re
 import shutil
 import subprocess
 import time
-from functools import lru_cache
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -181,6 +181,20 @@ def _imbalance(columns: np.ndarray) -> tuple[float, float]:
     return round(float(r.max()), 9), round(float((r ** 2).sum()), 9)
 
 
+def _better_exchange(design: np.ndarray, after: np.ndarray, score: tuple) -> tuple | None:
+    """The first design that exchanging a present and an absent round of one job makes less
+    imbalanced, with its imbalance; None when no exchange does."""
+    for k in range(design.shape[1]):
+        for i in np.flatnonzero(design[:, k]):
+            for j in np.flatnonzero(~design[:, k]):
+                trial = design.copy()
+                trial[[i, j], k] = trial[[j, i], k]
+                trial_score = _imbalance(np.hstack([trial, after]))
+                if trial_score < score:
+                    return trial, trial_score
+    return None
+
+
 @lru_cache(maxsize=8)
 def schedule(bg: Background) -> np.ndarray:
     """The balanced design: rounds x jobs, True where the job is present (see the module's text).
@@ -204,22 +218,8 @@ def schedule(bg: Background) -> np.ndarray:
         score = _imbalance(np.hstack([design, after]))
         if score < best_score:
             best, best_score = design, score
-    improved = True
-    while improved and best_score > (0.0, 0.0):
-        improved = False
-        for k in range(len(bg.jobs)):
-            for i in np.flatnonzero(best[:, k]):
-                for j in np.flatnonzero(~best[:, k]):
-                    trial = best.copy()
-                    trial[[i, j], k] = trial[[j, i], k]
-                    score = _imbalance(np.hstack([trial, after]))
-                    if score < best_score:
-                        best, best_score, improved = trial, score, True
-                        break
-                if improved:
-                    break
-            if improved:
-                break
+    while best_score > (0.0, 0.0) and (found := _better_exchange(best, after, best_score)):
+        best, best_score = found
     return best
 
 
@@ -233,7 +233,7 @@ def plan(bg: Background, round_id: str, index: int) -> Planted:
     balanced = bg.design == "balanced" and bg.rounds is not None and index <= bg.rounds
     design = schedule(bg)[index - 1] if balanced else None
     for k, job in enumerate(bg.jobs):
-        drawn = rng.random() < job.share  # drawn either way, so the placements are the design's too
+        drawn = rng.random() < job.share  # drawn either way: the placements do not depend on the design
         present = bool(design[k]) if balanced else drawn
         nodes = place(job, groups, rng)  # drawn either way, so one job's presence does not move the others
         if present:
