@@ -36,9 +36,10 @@ pytestmark = pytest.mark.slow
 #: significance after Holm, and then only if every run after the drop is slower than every run
 #: before it. The culprit's traffic must therefore slow a run before the drop less than the drop
 #: slows a quiet run: here 20 Mbit/s each way (50 left 30 Mbit/s, 1.7x) and a drop to 15 Mbit/s
-#: (3.3x). (With the full campaign's 30 Mbit/s and a drop to 20, both leave 20 Mbit/s: the
-#: windows overlap and the verdict is "unchanged", as the full campaign's 50 -> 35 is for its
-#: allreduce: README.) The balanced design puts the culprit in three rounds a side.
+#: (3.3x). (With the full campaign's 30 Mbit/s culprit and a drop to 20, both leave 20 Mbit/s:
+#: the windows overlapped and the verdict was "unchanged" here; the full campaign's 40 rounds keep
+#: the 30 Mbit/s culprit and drop to 15: README.) The balanced design puts the culprit in three
+#: rounds a side.
 ROUNDS, UPGRADE, DROPPED, CULPRIT_RATE = 12, 7, "15mbit", "20M"
 WINDOW = UPGRADE - 1
 #: Datasets whose runs always span both groups (4 of the 6 nodes): the culprit's traffic on the

@@ -15,10 +15,11 @@ Nothing here fits a model of its own:
   memory pressure.
 * **Who**: what a user the neighbourhood analysis implicates in the dataset (runs significantly
   slower with them: Pearson r > 0, p < ``alpha``) adds to a step while their jobs run, estimated
-  jointly over the dataset's steps (:meth:`Context.effects`: each step's deviation from its
-  median against how many jobs of each implicated user were running, non-negative least squares),
-  so a user who merely kept a culprit company gets little. In the run's steps with their jobs
-  running, that much of the step's excess (at most all of it) is theirs, and leaves the
+  jointly over the dataset's steps (:meth:`Context.effects`: the log of each step's time over
+  its median against how many jobs of each implicated user were running, non-negative least
+  squares, so each job multiplies a step's time by a factor), so a user who merely kept a
+  culprit company gets little. In the run's steps with their jobs running, what the step would
+  lose without them (at most all of its excess) is theirs, and leaves the
   network's share; what the network's counters explain beyond it stays "network". A user that
   other datasets of the system implicate but this one does not (the study's cross-dataset view)
   is a suspect too, counted only where their jobs shared two of the run's groups, so a global
@@ -266,11 +267,13 @@ class Context:
         return out
 
     def effects(self, dataset: str) -> dict[str, float]:
-        """What each implicated user's presence adds, estimated jointly over the dataset: every
-        step's relative deviation from its median (time over typical time, less one; the steps the
+        """What each implicated user's presence adds, estimated jointly over the dataset, as a
+        log factor per job: the log of every step's time over its median (the steps the
         attribution model covers) against how many jobs of each implicated user were running in
         it, by non-negative least squares with an intercept; for a dataset without per-step
-        attribution, each run's slowdown against how many of their jobs were alongside. A user
+        attribution, the log of each run's slowdown against how many of their jobs were
+        alongside. Multiplicative, because a culprit's traffic slows a step by more where the
+        links are slower for other reasons (after a rate drop, on a longer route). A user
         whose long jobs merely kept the company of a culprit correlates with slow runs as well
         (that is how they got implicated), but adds nothing once the culprit's own jobs are
         accounted for; each job of a culprit loads the network on its own, so they count. Users
