@@ -127,7 +127,7 @@ def test_a_user_implicated_only_elsewhere_is_named_only_where_they_shared_a_glob
     c, out, result, _ = explained
     ctx = explain.Context(c.dataset, out)
     alpha = ctx.settings.alpha
-    checked = 0
+    checked = named_elsewhere = 0
     for name in result.datasets:
         here = ctx.implicated(name)
         elsewhere = ctx.implicated_elsewhere(name)
@@ -146,6 +146,8 @@ def test_a_user_implicated_only_elsewhere_is_named_only_where_they_shared_a_glob
                 evidence = next(u for u in cause.users if u.user == cause.user)
                 assert evidence.implicated == (cause.user in here)
                 if not evidence.implicated:
+                    named_elsewhere += 1
                     assert evidence.implicated_elsewhere == elsewhere[cause.user]
                     assert evidence.shared_groups >= explain.LINK_GROUPS, (rid, evidence)
-    assert checked >= 10
+    # Both kinds occur (seeds 0 and 1: 63 and 81 causes, 12 and 11 of them implicated elsewhere).
+    assert checked >= 10 and named_elsewhere >= 1, (checked, named_elsewhere)
