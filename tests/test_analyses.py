@@ -83,6 +83,26 @@ def test_pearson_ranking_covers_every_concurrent_allocation():
     pd.testing.assert_frame_equal(again.set_index("user").sort_index(), by_user.sort_index(), check_exact=False)
 
 
+def test_log_time_correlation_sees_a_neighbour_that_multiplies_run_time():
+    """Slowdowns multiply: a culprit that doubles a run on fast links and makes it ten times slower
+    after the links got slower (the testbed campaign's 12 rounds, in round figures). On run time
+    the two longest runs decide r and its p misses 0.05; on the log of run time (``log_r``,
+    ``log_p``, what explain tests users on) every run counts alike and the culprit stands out."""
+    before = [1.0, 1.1, 0.95, 2.2, 2.0, 2.4]   # quiet, quiet, quiet, culprit x3
+    after = [3.1, 3.0, 3.3, 30.0, 45.0, 28.0]  # the rate drop: quiet x3, culprit x3
+    times = before + after
+    runs = pd.DataFrame({"run_id": [f"r{i}" for i in range(12)], "dataset": "x-4", "total_time_s": times})
+    culprit = [i for i in range(12) if i % 6 >= 3]
+    neigh = pd.DataFrame([(f"r{i}", "culprit", 2) for i in culprit] + [(f"r{i}", "decoy", 2) for i in (0, 4, 6, 10)],
+                         columns=["run_id", "user", "num_nodes"])
+    table = neighbourhood.ranking(runs, neigh, threshold_nodes=1, tau=1.0).set_index("user")
+    x = np.isin(np.arange(12), culprit).astype(float)
+    assert table.loc["culprit", "log_r"] == pytest.approx(np.corrcoef(x, np.log(times))[0, 1])
+    assert table.loc["culprit", "nodes_r"] == pytest.approx(np.corrcoef(x, times)[0, 1])
+    assert table.loc["culprit", "nodes_p"] > 0.05 > table.loc["culprit", "log_p"]
+    assert table.loc["decoy", "log_p"] > 0.5  # one culprit round and one quiet one on each side
+
+
 def test_cross_dataset_table_lists_users_slowing_several_datasets():
     t1 = pd.DataFrame({"user": ["a", "b", "c"], "rank_mi": [1, 2, 3], "direction": ["slower", "slower", "faster"]})
     t2 = pd.DataFrame({"user": ["b", "a", "c"], "rank_mi": [1, 2, 3], "direction": ["slower", "faster", "faster"]})

@@ -183,8 +183,8 @@ class ExplainSettings(Settings):
     slow_threshold: float = Field(0.2, ge=0, description="A run this much slower than its dataset's typical (median) "
                                                          "run counts as slow in the findings (0.2: 20%).")
     alpha: float = Field(0.05, gt=0, lt=1, description="A user is implicated in a dataset's slowdowns when the "
-                                                       "Pearson correlation of run time with their nodes alongside is "
-                                                       "positive at this significance.")
+                                                       "Pearson correlation of the log of run time with their nodes "
+                                                       "alongside is positive at this significance.")
     min_share: float = Field(0.25, ge=0, le=1, description="The top cause must account for this share of a run's "
                                                            "excess time; below it the run has no clear cause.")
 

@@ -14,7 +14,8 @@ Nothing here fits a model of its own:
   fall into categories (:func:`category`): network counters, placement, I/O counters, CPU and
   memory pressure.
 * **Who**: what a user the neighbourhood analysis implicates in the dataset (runs significantly
-  slower with them: Pearson r > 0, p < ``alpha``) adds to a step while their jobs run, estimated
+  slower with them: Pearson r > 0, p < ``alpha``, on the log of run time, where slowdowns
+  multiply) adds to a step while their jobs run, estimated
   jointly over the dataset's steps (:meth:`Context.effects`: the log of each step's time over
   its median against how many jobs of each implicated user were running, non-negative least
   squares, so each job multiplies a step's time by a factor), so a user who merely kept a
@@ -218,7 +219,10 @@ class Context:
         if ranking is None:
             return {}
         r = ranking
-        ok = (r["nodes_r"] > 0) & (r["nodes_p"] < self.settings.alpha)
+        # On the log of run time, as the effects are estimated (:meth:`effects`); a ranking from
+        # before that column was written: on run time.
+        r_col, p_col = ("log_r", "log_p") if "log_p" in r.columns else ("nodes_r", "nodes_p")
+        ok = (r[r_col] > 0) & (r[p_col] < self.settings.alpha)
         out = {}
         for user, row in r[ok].iterrows():
             w, wo = row.get("mean_time_with_s"), row.get("mean_time_without_s")
@@ -393,7 +397,8 @@ def _neighbours(ctx: Context, run: pd.Series, steps: pd.DataFrame, slow: set[int
             slow_steps_alongside=int(running[running.index.isin(slow)].sum()) if len(running) else None,
             implicated=user in implicated, implicated_elsewhere=elsewhere.get(str(user), []),
             rank_mi=None if val("rank_mi") is None else int(val("rank_mi")),
-            nodes_r=val("nodes_r"), nodes_p=val("nodes_p"), mean_time_with_s=val("mean_time_with_s"),
+            nodes_r=val("nodes_r"), nodes_p=val("nodes_p"), log_r=val("log_r"), log_p=val("log_p"),
+            mean_time_with_s=val("mean_time_with_s"),
             mean_time_without_s=val("mean_time_without_s")))
     out.sort(key=lambda e: (not e.implicated, -(e.overlap_s or 0.0), e.user))
     there = [u for u in ctx.suspects(run["dataset"]) if u in set(neigh["user"])]
@@ -633,9 +638,9 @@ def render(e: RunExplanation) -> str:
         for i, c in enumerate(e.causes, 1):
             lines.append(f"  {i}. {c.line}")
             for u in c.users:
-                if u.nodes_r is not None:
-                    lines.append(f"       in {e.dataset}: Pearson r {u.nodes_r:.2f} (p {u.nodes_p:.2g}) of run time "
-                                 f"with their nodes alongside" + (f"; MI rank {u.rank_mi}" if u.rank_mi else ""))
+                if u.log_r is not None:
+                    lines.append(f"       in {e.dataset}: Pearson r {u.log_r:.2f} (p {u.log_p:.2g}) of the log of run "
+                                 f"time with their nodes alongside" + (f"; MI rank {u.rank_mi}" if u.rank_mi else ""))
                 if u.implicated_elsewhere and not u.implicated:
                     lines.append(f"       implicated in {', '.join(u.implicated_elsewhere)} of this system, not in "
                                  f"{e.dataset}; their jobs shared {u.shared_groups} of the run's groups")

@@ -35,17 +35,21 @@ def ranking(runs: pd.DataFrame, neigh: pd.DataFrame, threshold_nodes: int, tau: 
     user who never had one). The Pearson ranking (the Perlmutter/Frontier study) correlates run
     time with every user's concurrently allocated nodes, all job sizes, 0 when absent: ``nodes_r``,
     ``nodes_p``, ``rank_r`` (by |r|), over every user, with ``runs_alongside`` (runs with any job of
-    theirs). Ties are broken by how often the user was there (``cooccurrence`` for MI,
+    theirs). ``log_r``, ``log_p``: the same correlation with the log of run time, the scale on which
+    slowdowns multiply (what :mod:`hpcvar.analyses.explain` tests a user on): a neighbour that
+    doubles a run's time in a quiet week and triples it after a link got slower adds alike on it,
+    where on raw time the few longest runs decide r. Ties are broken by how often the user was there (``cooccurrence`` for MI,
     ``runs_alongside`` for Pearson), then by user name, so the order is reproducible.
     Rows: MI-ranked users first (by ``rank_mi``), then the others by ``rank_r``.
     """
     cols = ["user", "mi", "rank_mi", "cooccurrence", "share_of_runs", "mean_time_with_s", "mean_time_without_s",
-            "direction", "nodes_r", "nodes_p", "rank_r", "runs_alongside"]
+            "direction", "nodes_r", "nodes_p", "rank_r", "runs_alongside", "log_r", "log_p"]
     ours = neigh[neigh["run_id"].isin(runs["run_id"])]
     if ours.empty:
         return pd.DataFrame(columns=cols)
     times = runs.set_index("run_id")["total_time_s"]
     t = times.to_numpy()
+    log_t = np.log(np.where(t > 0, t, np.nan))
     nodes = ours.groupby(["run_id", "user"])["num_nodes"].sum().unstack(fill_value=0).reindex(times.index, fill_value=0)
     big = ours[ours["num_nodes"] > threshold_nodes]
     presence = pd.crosstab(big["run_id"], big["user"]).reindex(times.index, fill_value=0).clip(upper=1)
@@ -56,9 +60,12 @@ def ranking(runs: pd.DataFrame, neigh: pd.DataFrame, threshold_nodes: int, tau: 
     for user in nodes.columns:
         x = nodes[user].to_numpy()
         r, p = pearsonr(x, t) if np.ptp(x) > 0 and np.ptp(t) > 0 else (np.nan, np.nan)
+        ok = np.isfinite(log_t)
+        log_r, log_p = (pearsonr(x[ok], log_t[ok]) if ok.sum() > 2 and np.ptp(x[ok]) > 0 and np.ptp(log_t[ok]) > 0
+                        else (np.nan, np.nan))
         row = {"user": user, "mi": np.nan, "cooccurrence": 0, "share_of_runs": 0.0, "mean_time_with_s": np.nan,
                "mean_time_without_s": np.nan, "direction": None, "nodes_r": float(r), "nodes_p": float(p),
-               "runs_alongside": int((x > 0).sum())}
+               "runs_alongside": int((x > 0).sum()), "log_r": float(log_r), "log_p": float(log_p)}
         if user in mi:
             mask = presence[user].to_numpy() == 1
             with_t = times[mask].mean()

@@ -26,11 +26,13 @@ class NeighbourEvidence(Record):
     shared_groups: int | None
     shared_routers: int | None
     slow_steps_alongside: int | None  # of the run's slow steps, those during which a job of theirs ran
-    implicated: bool  # runs of the dataset are significantly slower with them (Pearson, alpha)
+    implicated: bool  # runs of the dataset are significantly slower with them (log_r > 0, log_p < alpha)
     implicated_elsewhere: list[str] = []  # if not: the system's other datasets that implicate them
     rank_mi: int | None = None
     nodes_r: float | None = None
     nodes_p: float | None = None
+    log_r: float | None = None  # Pearson of the log of run time with their nodes alongside
+    log_p: float | None = None
     mean_time_with_s: float | None = None
     mean_time_without_s: float | None = None
 

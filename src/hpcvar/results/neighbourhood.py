@@ -25,6 +25,9 @@ class RankedUser(Record):
     nodes_p: float | None
     rank_r: int
     runs_alongside: int
+    #: Pearson of the log of run time with the nodes alongside (slowdowns multiply).
+    log_r: float | None = None
+    log_p: float | None = None
 
 
 class PearsonRankedUser(Record):
