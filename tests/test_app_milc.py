@@ -15,10 +15,9 @@ the warm-ups to the ``Time =`` line, which the steps, the warm-up and the last m
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import math
 import re
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -54,10 +53,7 @@ def test_capture_is_the_reframe_toy_deck() -> None:
     """The captured run read exactly the deck milc.py writes toy-sized (2 ranks, 6^4 sites per rank,
     1 warm-up, 4 trajectories): the fixture stays tied to the test that produces such runs."""
     path = REPO / "reframe_tests" / "apps" / "milc" / "milc.py"
-    spec = importlib.util.spec_from_file_location("hpcvar_rfm_milc", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # ReFrame's test classes look their module up
-    spec.loader.exec_module(module)
+    module = importlib.import_module("reframe_tests.apps.milc.milc")
     source = path.read_text()
     nx, ny, nz, nt = (6 * g for g in factor(2, 4))
     assert DECK.read_text() == module.su3_rmd_deck(nx, ny, nz, nt, seed=5682304, warms=1, trajecs=4)

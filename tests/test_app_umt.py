@@ -4,9 +4,8 @@ ReFrame test generates."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import re
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +21,6 @@ PLAIN = CAPTURED / "suolson_toy_np2.out"          # mpirun ... > file
 STAMPED = CAPTURED / "suolson_toy_np2_ts.out"     # mpirun ... | ts '%.s' > file
 REFRAME = CAPTURED / "suolson_toy_np2_reframe.out"  # the ReFrame test's app.out (ts inside the job)
 REAL_RUNS = [PLAIN, STAMPED, REFRAME]
-RFM_TEST = Path(__file__).resolve().parents[1] / "reframe_tests" / "apps" / "umt" / "umt.py"
 
 # What the pinned SuOlsonTest does on this deck, whatever the machine's speed: the time loop of
 # SuOlsonTest.cc (3e-6, then 6e-5, the last step cut to the goal 0.000334) and the iterations.
@@ -211,11 +209,7 @@ def test_run_that_never_reached_the_time_loop(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def rfm_umt():
-    spec = importlib.util.spec_from_file_location("hpcvar_rfm_umt", RFM_TEST)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # ReFrame's test classes look their module up
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module("reframe_tests.apps.umt.umt")
 
 
 def test_the_deck_generator_writes_umts_own_format(rfm_umt) -> None:

@@ -16,7 +16,6 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 REFRAME = str(Path(sys.executable).with_name("reframe"))
 CONFIG = str(REPO / "config" / "reframe" / "settings.py")
-sys.path.insert(0, str(REPO / "reframe_tests"))
 
 
 def reframe(*args, prefix: Path, env: dict | None = None, timeout=600) -> subprocess.CompletedProcess:
@@ -58,6 +57,26 @@ def test_application_tests_list_on_the_slurm_template(tmp_path):
     # Bare-metal tests carry the fetch -> build fixture chain, per programming environment.
     assert "^build_amg2013 ~generic-slurm:compute+gnu-openmpi" in out.stdout
     assert "^fetch_milc ~generic-slurm" in out.stdout
+
+
+def test_the_whole_suite_loads_as_a_package_without_skipping_a_file(tmp_path):
+    """The suite is a package (``reframe_tests/__init__.py``): its tests import the shared parts
+    relatively, so ReFrame loads every file of it, ``common/`` too, with no ``sys.path`` edits
+    and no "skipping test file" warning in a campaign's rounds."""
+    out = reframe("-c", "reframe_tests", "-R", "--system", "generic-slurm", "-l", prefix=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "skipping test file" not in out.stdout + out.stderr, out.stdout + out.stderr
+    listed = set(re.findall(r"^- (\w+) %num_nodes=\d+", out.stdout, re.MULTILINE))
+    # Every file's tests: the applications, bare-metal and in containers, the proxy, the
+    # microbenchmarks and the IMB reference.
+    assert listed == {"AMG2013", "AMG2023", "MILC", "MiniVite", "UMT", "AMG2013Container", "AMG2023Container",
+                      "MILCContainer", "MiniViteContainer", "UMTContainer", "AMGProxy", "Collectives", "Overtime",
+                      "Confidence", "Aggressor", "IMBCollectives"}, out.stdout
+    suite = REPO / "reframe_tests"
+    for path in suite.rglob("*.py"):
+        assert "sys.path" not in path.read_text(), path
+        if path.name != "__init__.py":
+            assert (path.parent / "__init__.py").is_file(), path
 
 
 def test_applications_do_not_run_on_the_local_system(tmp_path):

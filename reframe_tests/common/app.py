@@ -12,8 +12,8 @@ from reframe.core.builtins import fixture, performance_function, run_after, run_
 
 from reframe.core.logging import getlogger
 
-from common.mixins import TOY, CampaignRun, CounterSampler, TimestampedOutput
-from common.sources import PinnedSources, build_mpip, source_unavailable
+from .mixins import TOY, CampaignRun, CounterSampler, TimestampedOutput
+from .sources import PinnedSources, build_mpip, source_unavailable
 
 #: Why runs cannot be profiled with mpiP here (HPCVAR_OFFLINE=1 without mpiP in the mirror), or None.
 MPIP_UNAVAILABLE = source_unavailable("mpip")

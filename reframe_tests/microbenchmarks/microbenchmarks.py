@@ -7,7 +7,6 @@ with hpcvar's parser and checks every announced measurement is there; figures of
 medians the programs print, one performance variable per (collective, size) or phase.
 """
 
-import sys
 from pathlib import Path
 
 import reframe as rfm
@@ -15,10 +14,7 @@ import reframe.utility.sanity as sn
 import reframe.utility.typecheck as typ
 from reframe.core.builtins import fixture, parameter, run_after, run_before, sanity_function, variable
 
-_SUITE = str(Path(__file__).resolve().parents[1])
-if _SUITE not in sys.path:  # append: ReFrame pops the entry it appended by position
-    sys.path.append(_SUITE)
-from common.mixins import CampaignRun, CounterSampler, node_counts  # noqa: E402
+from ..common.mixins import CampaignRun, CounterSampler, node_counts
 
 
 class build_microbenchmarks(rfm.CompileOnlyRegressionTest):

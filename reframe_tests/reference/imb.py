@@ -8,7 +8,6 @@ Sanity reads IMB's tables with hpcvar's IMB parser: every (collective, size) mea
 rank, with ``t_min <= t_avg <= t_max``. Figures of merit: IMB's ``t_avg`` and ``t_max`` (us).
 """
 
-import sys
 from pathlib import Path
 
 import reframe as rfm
@@ -16,11 +15,9 @@ import reframe.utility.sanity as sn
 import reframe.utility.typecheck as typ
 from reframe.core.builtins import fixture, parameter, run_before, sanity_function, variable
 
-_SUITE = str(Path(__file__).resolve().parents[1])
-if _SUITE not in sys.path:  # append: ReFrame pops the entry it appended by position
-    sys.path.append(_SUITE)
-from common.mixins import node_counts  # noqa: E402
-from common.sources import BuildFromSources, FetchSources, PinnedSources  # noqa: E402
+from ..common.mixins import node_counts
+from ..common.sources import BuildFromSources, FetchSources, PinnedSources
+
 
 #: The suite's collective names -> IMB's benchmark names.
 IMB_NAMES = {"bcast": "Bcast", "reduce": "Reduce", "alltoall": "Alltoall", "allreduce": "Allreduce"}

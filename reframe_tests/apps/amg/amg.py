@@ -14,20 +14,17 @@ different problems (AMG 1.1: six AMG-GMRES time steps on a 27-point operator; AM
 AMG-PCG solve on a 7-point Laplacian).
 """
 
-import sys
 from pathlib import Path
 
 import reframe as rfm
 import reframe.utility.sanity as sn
 from reframe.core.builtins import fixture, parameter, variable
 
-_SUITE = str(Path(__file__).resolve().parents[2])
-if _SUITE not in sys.path:  # append: ReFrame pops the entry it appended by position
-    sys.path.append(_SUITE)
-from common.app import AppRun  # noqa: E402
-from hpcvar.grids import factor  # noqa: E402
-from common.mixins import REPO, node_counts, sized  # noqa: E402
-from common.sources import BuildFromSources, FetchSources  # noqa: E402
+from hpcvar.grids import factor
+
+from ...common.app import AppRun
+from ...common.mixins import REPO, node_counts, sized
+from ...common.sources import BuildFromSources, FetchSources
 
 
 class fetch_amg2013(FetchSources):

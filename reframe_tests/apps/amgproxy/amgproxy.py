@@ -16,19 +16,17 @@ equation's implicit step is a contraction).
 
 import hashlib
 import re
-import sys
 from pathlib import Path
 
 import reframe as rfm
 import reframe.utility.sanity as sn
 from reframe.core.builtins import fixture, parameter, run_before, sanity_function, variable
 
-_SUITE = str(Path(__file__).resolve().parents[2])
-if _SUITE not in sys.path:  # append: ReFrame pops the entry it appended by position
-    sys.path.append(_SUITE)
-from common.app import AppRun  # noqa: E402
-from common.mixins import node_counts, sized  # noqa: E402
-from hpcvar.grids import factor  # noqa: E402
+from hpcvar.grids import factor
+
+from ...common.app import AppRun
+from ...common.mixins import node_counts, sized
+
 
 SRC = Path(__file__).resolve().parent / "src"
 VERSION = re.search(r'#define VERSION "([^"]+)"', (SRC / "amgproxy.c").read_text())[1]

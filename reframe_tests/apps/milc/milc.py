@@ -11,20 +11,18 @@ all. MILC 7.8.1 prints no per-trajectory time (only the whole loop's ``Time = ..
 steps are timed from the ``ts`` stamps of the ``PLAQ:`` lines.
 """
 
-import sys
 from pathlib import Path
 
 import reframe as rfm
 import reframe.utility.sanity as sn
 from reframe.core.builtins import fixture, parameter, run_after, run_before, variable
 
-_SUITE = str(Path(__file__).resolve().parents[2])
-if _SUITE not in sys.path:  # append: ReFrame pops the entry it appended by position
-    sys.path.append(_SUITE)
-from common.app import AppRun  # noqa: E402
-from hpcvar.grids import factor  # noqa: E402
-from common.mixins import REPO, node_counts, sized  # noqa: E402
-from common.sources import BuildFromSources, FetchSources  # noqa: E402
+from hpcvar.grids import factor
+
+from ...common.app import AppRun
+from ...common.mixins import REPO, node_counts, sized
+from ...common.sources import BuildFromSources, FetchSources
+
 
 #: su3_rmd's input, in the order its reader asks for the values (setup.c of ks_imp_dyn): the
 #: lattice and seed first, then the run. Values not set by the test: two flavour sets of 4

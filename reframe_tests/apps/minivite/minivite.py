@@ -15,19 +15,15 @@ repetitions about 10-15 s. Generated graphs are the same on every launch with th
 count (miniVite seeds its generator with a constant).
 """
 
-import sys
 from pathlib import Path
 
 import reframe as rfm
 import reframe.utility.sanity as sn
 from reframe.core.builtins import fixture, parameter, run_after, run_before, variable
 
-_SUITE = str(Path(__file__).resolve().parents[2])
-if _SUITE not in sys.path:  # append: ReFrame pops the entry it appended by position
-    sys.path.append(_SUITE)
-from common.app import AppRun  # noqa: E402
-from common.mixins import REPO, node_counts, sized  # noqa: E402
-from common.sources import BuildFromSources, FetchSources  # noqa: E402
+from ...common.app import AppRun
+from ...common.mixins import REPO, node_counts, sized
+from ...common.sources import BuildFromSources, FetchSources
 
 
 class fetch_minivite(FetchSources):

@@ -15,20 +15,17 @@ not read by v2.0 and is passed as Table I did. A step is one ``CYCLE n`` block, 
 the block's ``RADTR`` cycle time (hpcvar's UMT parser).
 """
 
-import sys
 from pathlib import Path
 
 import reframe as rfm
 import reframe.utility.sanity as sn
 from reframe.core.builtins import fixture, parameter, run_before, variable
 
-_SUITE = str(Path(__file__).resolve().parents[2])
-if _SUITE not in sys.path:  # append: ReFrame pops the entry it appended by position
-    sys.path.append(_SUITE)
-from common.app import AppRun  # noqa: E402
-from common.mixins import REPO, node_counts  # noqa: E402
-from common.sources import BuildFromSources, FetchSources  # noqa: E402
-from hpcvar.grids import factor  # noqa: E402
+from hpcvar.grids import factor
+
+from ...common.app import AppRun
+from ...common.mixins import REPO, node_counts
+from ...common.sources import BuildFromSources, FetchSources
 
 
 class fetch_umt(FetchSources):
