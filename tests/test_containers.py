@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import tarfile
@@ -40,8 +41,8 @@ HEX40 = re.compile(r"^[0-9a-f]{40}$")
 TAG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 BRANCHES = {"master", "main", "develop", "devel", "trunk", "HEAD"}
 SECTIONS = ["arguments", "files", "post", "environment", "runscript", "labels", "help", "test"]
-MPI_BEGIN = "# --- hpcvar-mpi begin"
-MPI_END = "# --- hpcvar-mpi end ---"
+#: The image's MPI: one script, which every recipe copies in and runs.
+INSTALL_MPI = CONTAINERS / "install-mpi.sh"
 
 
 def load_sources() -> dict:
@@ -177,7 +178,7 @@ def test_build_script_syntax(script):
 
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed")
 def test_build_scripts_shellcheck():
-    subprocess.run(["shellcheck", *map(str, build_scripts())], check=True)
+    subprocess.run(["shellcheck", *map(str, build_scripts()), str(INSTALL_MPI)], check=True)
 
 
 @pytest.mark.parametrize("app", [*APPS, *TOOLS])
@@ -247,7 +248,7 @@ def test_recipe_files_exist_in_repo(app):
         assert dest.strip().startswith("/opt/hpcvar/")
         sources.add(src)
     assert {"reframe_tests/apps/sources.yaml", "reframe_tests/apps/build/fetch.sh",
-            f"reframe_tests/apps/build/{app}.sh"} <= sources
+            f"reframe_tests/apps/build/{app}.sh", "containers/install-mpi.sh"} <= sources
 
 
 @pytest.mark.parametrize("app", APPS)
@@ -275,24 +276,31 @@ def test_recipe_post_runs_the_shared_scripts(app):
     build = [i for i, line in enumerate(install) if re.search(rf"/opt/hpcvar/build/{app}\.sh \S+ \S+", line)]
     assert len(fetch) == 1 and len(build) == 1 and fetch[0] < build[0]
     assert "HPCVAR_SOURCES=/opt/hpcvar/sources.yaml" in install[fetch[0]]
-    # The build logic is the script's: the recipe runs no compiler or make of its own after MPI.
-    after_mpi = install[next(i for i, line in enumerate(install) if line.startswith(MPI_END)):]
-    assert not any(re.match(r"(make|cmake|\./configure|mpicc|mpicxx|gcc|g\+\+)\b", line) for line in after_mpi)
-    # Compilers and an MPI with PMIx.
+    # The image's MPI first, with the recipe's build arguments, by the one script.
+    mpi = [i for i, line in enumerate(install) if "/opt/hpcvar/build/install-mpi.sh" in line]
+    assert len(mpi) == 1 and mpi[0] < fetch[0], install
+    assert shlex.split(install[mpi[0]]) == ["bash", "/opt/hpcvar/build/install-mpi.sh", "{{ MPI_FAMILY }}",
+                                            "{{ MPI_VERSION }}", "{{ MPI_SHA256 }}", "{{ MAKE_JOBS }}"]
+    # The build logic is the scripts': the recipe runs no compiler, configure or make of its own.
+    assert not any(re.match(r"(make|cmake|\./configure|mpicc|mpicxx|gcc|g\+\+|curl)\b", line) for line in install)
+    # Compilers and the PMIx the MPI is built against.
     joined = " ".join(install)
     assert "apt-get install" in joined and "gfortran" in joined and "libpmix-dev" in joined
-    assert "--with-pmix=" in joined
 
 
-def test_recipes_share_one_mpi_block():
-    blocks = {}
-    for app in APPS:
-        text = (CONTAINERS / f"{app}.def").read_text()
-        start, end = text.index(MPI_BEGIN), text.index(MPI_END)
-        blocks[app] = text[start:end]
-    assert len(set(blocks.values())) == 1, "the MPI install block differs between recipes"
-    block = blocks[APPS[0]]
-    assert "openmpi)" in block and "mpich)" in block and "--with-slurm" in block
+def test_the_mpi_install_script():
+    """containers/install-mpi.sh: both MPI families, built against PMIx, Open MPI with Slurm
+    support; its arguments checked before anything is downloaded."""
+    text = INSTALL_MPI.read_text()
+    assert text.startswith("#!/bin/bash") and re.search(r"^set -eu$", text, re.M)
+    assert os.access(INSTALL_MPI, os.X_OK)
+    subprocess.run(["bash", "-n", str(INSTALL_MPI)], check=True)
+    assert "openmpi)" in text and "mpich)" in text and "--with-slurm" in text
+    assert text.count('--with-pmix="$PMIX_DIR"') == 2
+    usage = subprocess.run(["bash", str(INSTALL_MPI)], capture_output=True, text=True)
+    assert usage.returncode == 2 and "usage:" in usage.stderr and "FAMILY VERSION SHA256|none" in usage.stderr
+    wrong = subprocess.run(["bash", str(INSTALL_MPI), "lam", "7.1.4", "none"], capture_output=True, text=True)
+    assert wrong.returncode == 1 and "MPI_FAMILY must be openmpi or mpich, not 'lam'" in wrong.stderr
 
 
 # ----------------------------------------------------------------------------- fetch.sh, for real
