@@ -20,6 +20,7 @@ import reframe as rfm
 import reframe.utility.sanity as sn
 import yaml
 from reframe.core.builtins import fixture, run_after, run_before, sanity_function, variable
+from reframe.core.meta import make_test
 
 BUILD_DIR = Path(__file__).resolve().parents[1] / "apps" / "build"
 SOURCES_YAML = BUILD_DIR.parent / "sources.yaml"
@@ -156,17 +157,16 @@ class BuildFromSources(rfm.CompileOnlyRegressionTest):
         return Path(self.install_prefix, ".hpcvar-source").read_text().strip()
 
 
-class fetch_mpip(FetchSources):
-    app = "mpip"
+def from_sources(app: str, **body) -> type[BuildFromSources]:
+    """The build fixture of ``app`` (``build_<app>``, one per programming environment) on its
+    fetch fixture (``fetch_<app>``, one per session): the pair of classes every application and
+    tool built from pinned sources uses, made by ReFrame's ``make_test`` as a ``class``
+    statement would; ``body``: more class attributes of the build (its ``descr``, ...)."""
+    fetch = make_test(f"fetch_{app}", (FetchSources,), {"app": app})
+    return make_test(f"build_{app}", (BuildFromSources,),
+                     {"app": app, "sources": fixture(fetch, scope="session"), **body})
 
 
-class build_mpip(BuildFromSources):
-    """mpiP's shared library (``install/lib/libmpiP.so``), preloaded into profiled runs."""
-
-    app = "mpip"
-    descr = "Build the mpiP profiler from pinned sources"
-    sources = fixture(fetch_mpip, scope="session")
-
-    @property
-    def library(self) -> str:
-        return str(Path(self.install_prefix) / "lib" / "libmpiP.so")
+#: mpiP's shared library (``install/lib/libmpiP.so``), preloaded into profiled runs.
+build_mpip = from_sources("mpip", descr="Build the mpiP profiler from pinned sources",
+                          library=property(lambda self: str(Path(self.install_prefix) / "lib" / "libmpiP.so")))

@@ -16,21 +16,14 @@ import reframe.utility.typecheck as typ
 from reframe.core.builtins import fixture, parameter, run_before, sanity_function, variable
 
 from ..common.mixins import node_counts
-from ..common.sources import BuildFromSources, FetchSources, PinnedSources
+from ..common.sources import PinnedSources, from_sources
 
 
 #: The suite's collective names -> IMB's benchmark names.
 IMB_NAMES = {"bcast": "Bcast", "reduce": "Reduce", "alltoall": "Alltoall", "allreduce": "Allreduce"}
 
 
-class fetch_imb(FetchSources):
-    app = "imb"
-
-
-class build_imb(BuildFromSources):
-    app = "imb"
-    descr = "Build IMB-MPI1 from pinned sources"
-    sources = fixture(fetch_imb, scope="session")
+build_imb = from_sources("imb", descr="Build IMB-MPI1 from pinned sources")
 
 
 @rfm.simple_test

@@ -24,25 +24,11 @@ from hpcvar.grids import factor
 
 from ...common.app import AppRun
 from ...common.mixins import REPO, node_counts, sized
-from ...common.sources import BuildFromSources, FetchSources
+from ...common.sources import from_sources
 
 
-class fetch_amg2013(FetchSources):
-    app = "amg2013"
-
-
-class build_amg2013(BuildFromSources):
-    app = "amg2013"
-    sources = fixture(fetch_amg2013, scope="session")
-
-
-class fetch_amg2023(FetchSources):
-    app = "amg2023"
-
-
-class build_amg2023(BuildFromSources):
-    app = "amg2023"
-    sources = fixture(fetch_amg2023, scope="session")
+build_amg2013 = from_sources("amg2013")
+build_amg2023 = from_sources("amg2023")
 
 
 class AMGBase(AppRun):

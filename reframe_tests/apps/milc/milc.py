@@ -21,7 +21,7 @@ from hpcvar.grids import factor
 
 from ...common.app import AppRun
 from ...common.mixins import REPO, node_counts, sized
-from ...common.sources import BuildFromSources, FetchSources
+from ...common.sources import from_sources
 
 
 #: su3_rmd's input, in the order its reader asks for the values (setup.c of ks_imp_dyn): the
@@ -49,13 +49,7 @@ def su3_rmd_deck(nx: int, ny: int, nz: int, nt: int, seed: int, warms: int, traj
     return "\n".join(lines) + "\n"
 
 
-class fetch_milc(FetchSources):
-    app = "milc"
-
-
-class build_milc(BuildFromSources):
-    app = "milc"
-    sources = fixture(fetch_milc, scope="session")
+build_milc = from_sources("milc")
 
 
 class MILCBase(AppRun):

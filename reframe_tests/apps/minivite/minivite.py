@@ -23,16 +23,10 @@ from reframe.core.builtins import fixture, parameter, run_after, run_before, var
 
 from ...common.app import AppRun
 from ...common.mixins import REPO, node_counts, sized
-from ...common.sources import BuildFromSources, FetchSources
+from ...common.sources import from_sources
 
 
-class fetch_minivite(FetchSources):
-    app = "minivite"
-
-
-class build_minivite(BuildFromSources):
-    app = "minivite"
-    sources = fixture(fetch_minivite, scope="session")
+build_minivite = from_sources("minivite")
 
 
 class MiniViteBase(AppRun):

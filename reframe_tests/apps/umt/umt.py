@@ -25,16 +25,10 @@ from hpcvar.grids import factor
 
 from ...common.app import AppRun
 from ...common.mixins import REPO, node_counts
-from ...common.sources import BuildFromSources, FetchSources
+from ...common.sources import from_sources
 
 
-class fetch_umt(FetchSources):
-    app = "umt"
-
-
-class build_umt(BuildFromSources):
-    app = "umt"
-    sources = fixture(fetch_umt, scope="session")
+build_umt = from_sources("umt")
 
 
 def cmg_deck(grid, zones) -> str:
