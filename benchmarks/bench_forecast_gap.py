@@ -58,8 +58,9 @@ def gap(d: Path, name: str, seed: int) -> dict[str, float]:
     from sklearn.linear_model import RidgeCV
 
     from hpcvar.analyses import common, forecast
+    from hpcvar.settings import ForecastSettings
 
-    cfg = forecast.configure({"seed": seed})
+    settings = ForecastSettings(seed=seed)
     data = common.load(d / "dataset")
     frame = common.step_frame(data, name)
     fs = forecast.PAPER_FEATURE_SETS[-1]
@@ -69,7 +70,7 @@ def gap(d: Path, name: str, seed: int) -> dict[str, float]:
     oracle, _ = forecast.load_oracle(d / "raw" / "truth.json")
     hidden = pd.read_parquet(d / "raw" / "truth_steps.parquet").set_index(["run_id", "step"])
     errors: dict[str, list[np.ndarray]] = {level: [] for level in (*LEVELS, "oracle")}
-    for fold in forecast.make_folds(s, cfg["folds"], cfg["val_fraction"], seed):
+    for fold in forecast.make_folds(s, settings.folds, settings.val_fraction, seed):
         parts = {}
         for part, runs in (("train", fold.train), ("test", fold.test)):
             w = forecast.Windows.of(s.lengths, runs, M, K)
@@ -94,7 +95,7 @@ def gap(d: Path, name: str, seed: int) -> dict[str, float]:
         y = np.log(tr["seconds"] / tr["profile_s"])
         predictions = {"persistence": forecast.persistence(te["x"], te["profile_s"]), "oracle": te["oracle"]}
         for level in ("observed", "observed+culprit", "observed+hidden"):
-            model = lightgbm.LGBMRegressor(**cfg["lgbm"], objective="l1", random_state=seed, n_jobs=1, verbose=-1)
+            model = lightgbm.LGBMRegressor(**settings.lgbm.as_dict(), objective="l1", random_state=seed, n_jobs=1, verbose=-1)
             predictions[level] = te["profile_s"] * np.exp(model.fit(tr[level], y).predict(te[level]))
         ridge = RidgeCV(alphas=np.logspace(-3, 3, 13)).fit(tr["oracle-as-feature"], y)
         predictions["oracle-as-feature"] = te["profile_s"] * np.exp(ridge.predict(te["oracle-as-feature"]))

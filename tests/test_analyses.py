@@ -127,8 +127,8 @@ def test_deviation_finds_the_counter_that_drives_the_time():
                          "PT_FLIT_TOT": 1e6 * np.exp(rng.normal(0, 0.3)),
                          "RT_FLIT_TOT": 1e6 * np.exp(rng.normal(0, 0.3))})
     frame = pd.DataFrame(rows)
-    cfg = {**DeviationSettings().as_dict(), "folds": 4, "n_select": 1}
-    res = deviation.cross_validate(frame, ["RT_RB_STL", "PT_FLIT_TOT", "RT_FLIT_TOT"], cfg)
+    settings = DeviationSettings(folds=4, n_select=1)
+    res = deviation.cross_validate(frame, ["RT_RB_STL", "PT_FLIT_TOT", "RT_FLIT_TOT"], settings)
     rel = res["relevance"].set_index("counter")["relevance"]
     assert rel["RT_RB_STL"] == 1.0 and rel["PT_FLIT_TOT"] == 0.0
     assert res["mape"] < 0.05

@@ -12,8 +12,9 @@ import pytest
 
 from conftest import per_seed_group
 from hpcvar.analyses import common, forecast
+from hpcvar.defaults import FORECAST_FEATURE_SETS
 from hpcvar.results.forecast import ForecastResult
-from hpcvar.settings import SettingsError
+from hpcvar.settings import ForecastSettings, SettingsError
 
 # --- small synthetic series -----------------------------------------------------------------------
 
@@ -106,9 +107,9 @@ def test_neighbour_presence_is_used_as_it_is():
     assert list(s.counts) == [True, False] and not s.rates.any()
     dev = forecast.Profile.fit(s, np.arange(2)).deviations(s)
     np.testing.assert_array_equal(dev[:, :, 1], s.features[:, :, 0])
-    with pytest.raises(KeyError, match="unknown feature sets"):
-        forecast.configure({"feature_sets": ["neighbours"]})  # sets are cumulative, from job counters
-    assert "job+placement+io+sys+neighbours" not in forecast.configure({})["feature_sets"]
+    with pytest.raises(SettingsError, match=r"feature_sets\.0: Input should be 'job', 'job\+placement'"):
+        ForecastSettings.from_mapping({"feature_sets": ["neighbours"]})  # sets are cumulative, from job counters
+    assert "job+placement+io+sys+neighbours" not in ForecastSettings().feature_sets
 
 
 def test_neighbours_set_without_sacct_is_skipped_with_a_note():
@@ -118,11 +119,11 @@ def test_neighbours_set_without_sacct_is_skipped_with_a_note():
     frame = pd.DataFrame(rows)
     data = {"runs": pd.DataFrame({"run_id": ["r0", "r1", "r2"], "dataset": "x-1"}),
             "neighbourhood": pd.DataFrame(columns=["run_id", "user", "num_nodes", "start", "end"])}
-    cfg = forecast.configure({"feature_sets": ["job", "job+placement+io+sys+neighbours"]})
-    assert cfg["neighbour_min_nodes"] == 128  # the neighbourhood analysis's threshold
-    got = forecast.with_neighbours(data, "x-1", frame, cfg)
+    settings = ForecastSettings(feature_sets=["job", "job+placement+io+sys+neighbours"])
+    assert settings.neighbour_min_nodes == 128  # the neighbourhood analysis's threshold
+    got = forecast.with_neighbours(data, "x-1", frame, settings)
     assert list(got.columns) == list(frame.columns)
-    sets, notes = forecast.feature_sets_of(got, cfg["feature_sets"])
+    sets, notes = forecast.feature_sets_of(got, settings.feature_sets)
     assert list(sets) == ["job"]
     assert notes == ["feature set job+placement+io+sys+neighbours skipped: no io/sys/neighbours data in this dataset"]
 
@@ -175,31 +176,35 @@ def test_profile_extends_past_the_training_runs():
 def test_cell_with_runs_too_short_is_skipped():
     s = synthetic(n_runs=6, steps=8)
     folds = forecast.make_folds(s, folds=3, val_fraction=0.2, seed=0)
-    cfg = forecast.configure({"max_epochs": 2})
-    assert forecast.evaluate_cell(s, folds, 5, 4, {"job": [0, 1]}, cfg, progress=lambda msg: None) is None
+    settings = ForecastSettings(max_epochs=2)
+    assert forecast.evaluate_cell(s, folds, 5, 4, {"job": [0, 1]}, settings, progress=lambda msg: None) is None
 
 
-def test_configure_rejects_unknown_settings():
+def test_settings_refuse_unknown_keys_and_feature_sets_and_merge_the_grid():
     with pytest.raises(SettingsError, match="forecast settings: unknown setting 'epochs'"):
-        forecast.configure({"epochs": 3})
-    with pytest.raises(KeyError, match="unknown feature sets"):
-        forecast.configure({"feature_sets": ["job+sys"]})
-    cfg = forecast.configure({"grid": {"milc": {"m": [5], "k": [10]}}})
-    assert cfg["grid"]["milc"] == {"m": [5], "k": [10]} and cfg["grid"]["amg"] == forecast.DEFAULT_GRID["amg"]
+        ForecastSettings.from_mapping({"epochs": 3})
+    with pytest.raises(SettingsError, match=r"feature_sets\.0: Input should be .*\(got 'job\+sys'\)"):
+        ForecastSettings.from_mapping({"feature_sets": ["job+sys"]})
+    settings = ForecastSettings.from_mapping({"grid": {"milc": {"m": [5], "k": [10]}}})
+    assert settings.grid["milc"].as_dict() == {"m": [5], "k": [10]}
+    assert settings.grid["amg"].as_dict() == forecast.DEFAULT_GRID["amg"]  # apps left out keep their default
+    assert list(FORECAST_FEATURE_SETS) == ["job", "job+placement", "job+placement+io", "job+placement+io+sys",
+                                           "job+placement+io+sys+neighbours"]
 
 
 def test_plan_pairs_long_runs_with_their_regular_dataset():
     runs = pd.DataFrame({"dataset": ["milc-128"] * 3 + ["milc-128-long", "amg-128", "umt-128", "umt-128"],
                          "app": ["milc"] * 4 + ["amg", "umt", "umt"], "num_nodes": [128] * 7,
                          "run_id": [f"r{i}" for i in range(7)], "num_steps": [80, 80, 80, 620, 20, 7, 7]})
-    names, pairs, notes = forecast.plan(runs, forecast.configure({}))
+    names, pairs, notes = forecast.plan(runs, ForecastSettings())
     assert names == ["milc-128", "umt-128"] and pairs == {"milc-128": "milc-128-long"}
     assert any("amg-128: 1 run" in n for n in notes)
     assert any("milc-128-long: long-run test data" in n for n in notes)
-    cfg = forecast.configure({"long_run": {"dataset": "milc-128-long", "m": 20, "k": 30}, "datasets": ["umt-128"]})
-    names, pairs, _ = forecast.plan(runs, cfg)
+    settings = ForecastSettings.from_mapping({"long_run": {"dataset": "milc-128-long", "m": 20, "k": 30},
+                                              "datasets": ["umt-128"]})
+    assert (settings.long_run_m, settings.long_run_k) == (20, 30)  # the long run's own m and k
+    names, pairs, _ = forecast.plan(runs, settings)
     assert names == ["umt-128"] and pairs == {"milc-128": "milc-128-long"}
-    assert (cfg["long_run_m"], cfg["long_run_k"]) == (20, 30)
 
 
 # --- a simulated campaign -------------------------------------------------------------------------
@@ -323,13 +328,13 @@ def test_long_run_reads_the_neighbours_presence(campaign, tmp_path):
     from hpcvar.anonymise import Pseudonymiser
 
     base, seed = campaign["base"], campaign["seed"]
-    cfg = forecast.configure({**CONFIG, "seed": seed, "feature_sets": [forecast.FEATURE_SETS[-1]]})
+    settings = ForecastSettings.from_mapping({**CONFIG, "seed": seed, "feature_sets": [forecast.FEATURE_SETS[-1]]})
     data = common.load(base / "dataset", tables=("runs", "steps", "step_counters", "system_counters",
                                                  "neighbourhood"))
-    frame = forecast.with_neighbours(data, "milc-128", common.step_frame(data, "milc-128"), cfg)
-    (fs, columns), = forecast.feature_sets_of(frame, cfg["feature_sets"])[0].items()
+    frame = forecast.with_neighbours(data, "milc-128", common.step_frame(data, "milc-128"), settings)
+    (fs, columns), = forecast.feature_sets_of(frame, settings.feature_sets)[0].items()
     s = forecast.series(frame, "milc-128", columns)
-    long_s = forecast.long_series(data, "milc-128-long", s, cfg)
+    long_s = forecast.long_series(data, "milc-128-long", s, settings)
     assert long_s.feature_names == s.feature_names and len(long_s.run_ids) >= 1
     users = [n[len(common.NEIGHBOUR_PREFIX):] for n in s.feature_names if n.startswith(common.NEIGHBOUR_PREFIX)]
     truth = json.loads((base / "raw" / "truth.json").read_text())
@@ -346,7 +351,7 @@ def test_long_run_reads_the_neighbours_presence(campaign, tmp_path):
     got, want = np.concatenate(got), np.concatenate(want)
     # Seed 0 plants a culprit through both long runs, seed 1 none: present and absent both read back.
     assert np.isclose(got, want).mean() > 0.99
-    result = forecast.long_run(data, "milc-128-long", s, list(range(1 + len(columns))), fs, cfg, tmp_path,
+    result = forecast.long_run(data, "milc-128-long", s, list(range(1 + len(columns))), fs, settings, tmp_path,
                                progress=lambda msg: None)
     assert result["feature_set"] == fs and result["segments"] >= (620 - 30) // 40
     assert np.isfinite(result["mape"]) and result["mape"] < result["mape_profile"]

@@ -13,6 +13,7 @@ import yaml
 from snakemake.utils import validate
 
 from hpcvar import settings
+from hpcvar.defaults import FORECAST_GRID
 from hpcvar.settings import (ANALYSES, CompareSettings, DeviationSettings, ForecastSettings, NeighbourhoodSettings,
                              SettingsError)
 
@@ -91,7 +92,8 @@ def test_defaults_and_overrides():
     assert ForecastSettings().neighbour_min_nodes == NeighbourhoodSettings().threshold_nodes
     s = ForecastSettings.from_mapping({"lgbm": {"n_estimators": 5}, "grid": {"milc": {"m": [4], "k": [8]}}})
     assert s.lgbm.n_estimators == 5 and s.lgbm.num_leaves == 15  # nested keys left out keep their default
-    assert s.as_dict()["grid"] == {"milc": {"m": [4], "k": [8]}}
+    # The grid merges per app: the apps left out keep their default grid.
+    assert s.as_dict()["grid"] == {**FORECAST_GRID, "milc": {"m": [4], "k": [8]}}
     assert DeviationSettings.from_mapping({"learning_rate": 1}).learning_rate == 1.0
 
 

@@ -120,10 +120,10 @@ def cmd_analysis(a) -> int:
     from hpcvar.settings import SettingsError
 
     try:  # refused here, naming the file, before the dataset is read
-        analysis.settings.from_mapping(config, a.config or "the --set options")
+        settings = analysis.settings.from_mapping(config, a.config or "the --set options")
     except SettingsError as exc:
         raise SystemExit(f"hpcvar {a.cmd}: {exc}") from None
-    result = analysis.module.run(a.dataset, a.out, config, **({"truth": a.truth} if analysis.takes_truth else {}))
+    result = analysis.module.run(a.dataset, a.out, settings, **({"truth": a.truth} if analysis.takes_truth else {}))
     from hpcvar import tracking
 
     print(f"{a.cmd}: {len(result.datasets)} datasets -> {Path(a.out) / 'summary.json'} "

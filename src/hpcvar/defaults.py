@@ -19,3 +19,9 @@ FORECAST_GRID = {"amg": {"m": [3, 8], "k": [5, 10]}, "milc": {"m": [10, 20], "k"
                  "minivite": {"m": [2, 3], "k": [1, 2]}, "umt": {"m": [2, 3], "k": [2, 3]},
                  # hpcvar's AMG proxy (not Table I's): 6 steps toy-sized, 20 at full size
                  "amgproxy": {"m": [2, 3], "k": [1, 2]}}
+
+#: The feature groups of the paper's ablations (Section V-C): job counters, then placement, I/O
+#: and system counters, then the large neighbours' presence (not in the paper's runs).
+FEATURE_GROUPS = ("job", "placement", "io", "sys", "neighbours")
+#: The forecaster's cumulative feature sets, each adding one group: ``job``, ``job+placement``, ...
+FORECAST_FEATURE_SETS = tuple("+".join(FEATURE_GROUPS[:i + 1]) for i in range(len(FEATURE_GROUPS)))

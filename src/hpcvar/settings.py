@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from hpcvar.defaults import FORECAST_GRID
+from hpcvar.defaults import FORECAST_FEATURE_SETS, FORECAST_GRID
 
 
 class SettingsError(ValueError):
@@ -48,7 +48,7 @@ class Settings(BaseModel):
         unknown key (listing the known ones) or bad value, and ``source`` (a file) if given."""
         where = f" in {source}" if source else ""
         try:
-            return cls.model_validate(dict(mapping or {}))
+            settings = cls.model_validate(dict(mapping or {}))
         except ValidationError as exc:
             problems = []
             for err in exc.errors():
@@ -59,6 +59,10 @@ class Settings(BaseModel):
                     problems.append(f"{key}: {err['msg']} (got {err.get('input')!r})")
             raise SettingsError(f"{cls.name} settings{where}: " + "; ".join(problems)
                                 + f". Known settings: {', '.join(cls.model_fields)} (docs/settings.md)") from None
+        # Every setting counts as given, the defaults too: a result records all it ran with
+        # (results are written without the fields left unset).
+        settings.__pydantic_fields_set__.update(cls.model_fields)
+        return settings
 
     def as_dict(self) -> dict:
         return self.model_dump()
@@ -139,7 +143,7 @@ class ForecastSettings(Settings):
                                                   "k: [20, 40]}}; apps left out keep their default.")
     folds: int = Field(3, ge=2, description="Cross-validation folds, grouped by run.")
     seed: int = Field(0, description="Random seed of the folds and the networks.")
-    feature_sets: list[str] = Field(["job", "job+placement", "job+placement+io", "job+placement+io+sys"],
+    feature_sets: list[Literal[FORECAST_FEATURE_SETS]] = Field(["job", "job+placement", "job+placement+io", "job+placement+io+sys"],
                                     description="Cumulative feature sets (the paper's four); add "
                                                 "job+placement+io+sys+neighbours for the large neighbours' "
                                                 "presence.")
@@ -172,6 +176,20 @@ class ForecastSettings(Settings):
                                                  "(the neighbourhood analysis's threshold_nodes).")
     neighbour_users: int = Field(16, ge=1, description="Feature set neighbours: the most frequent large-job "
                                                        "users followed.")
+
+    @field_validator("grid")
+    @classmethod
+    def _grid_over_defaults(cls, grid: dict[str, GridCell]) -> dict[str, GridCell]:
+        """Apps the mapping leaves out keep their default grid."""
+        return {**{app: GridCell(**cell) for app, cell in FORECAST_GRID.items()}, **grid}
+
+    @model_validator(mode="after")
+    def _long_run_context(self) -> "ForecastSettings":
+        """The long run's own m and k, where given, are the long-run test's."""
+        if self.long_run is not None:
+            self.long_run_m = self.long_run.m or self.long_run_m
+            self.long_run_k = self.long_run.k or self.long_run_k
+        return self
 
 
 class ExplainSettings(Settings):

@@ -8,9 +8,10 @@ import numpy as np
 import pandas as pd
 
 from hpcvar.dataset import Dataset
+from hpcvar.defaults import FEATURE_GROUPS
 
-#: Feature sets of the paper's ablations (Section V-C): job counters, then placement, io, sys.
-FEATURE_SETS = ("job", "placement", "io", "sys", "neighbours")
+#: Feature groups of the paper's ablations (Section V-C): job counters, then placement, io, sys.
+FEATURE_SETS = FEATURE_GROUPS
 #: Prefix of the neighbour-presence feature columns (:func:`neighbour_presence`).
 NEIGHBOUR_PREFIX = "nbr_"
 #: Prefix of the node samplers' pressure stall counters (``psi.cpu_some_us``, ...): per node, not

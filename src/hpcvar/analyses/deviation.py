@@ -31,16 +31,17 @@ from sklearn.model_selection import GroupKFold
 from hpcvar import tracking
 from hpcvar.analyses.common import (CPU_PRESSURE, datasets, feature_columns, load, mape, savefig, step_frame,
                                     subplots)
-from hpcvar.results.deviation import DeviationDataset, DeviationResult
+from hpcvar.results._common import MLflowRuns
+from hpcvar.results.deviation import CounterRelevance, DeviationDataset, DeviationResult
 from hpcvar.settings import DeviationSettings
 
 PAPER_MAPE = 0.05  # the paper: below 5% on all six datasets
 
 
-def _model(cfg: dict) -> LGBMRegressor:
-    return LGBMRegressor(n_estimators=cfg["n_estimators"], learning_rate=cfg["learning_rate"],
-                         num_leaves=cfg["num_leaves"], min_child_samples=20, subsample=0.8, subsample_freq=1,
-                         random_state=cfg["seed"], n_jobs=1, verbose=-1)  # threads contend on small fits
+def _model(s: DeviationSettings) -> LGBMRegressor:
+    return LGBMRegressor(n_estimators=s.n_estimators, learning_rate=s.learning_rate,
+                         num_leaves=s.num_leaves, min_child_samples=20, subsample=0.8, subsample_freq=1,
+                         random_state=s.seed, n_jobs=1, verbose=-1)  # threads contend on small fits
 
 
 def centre(frame: pd.DataFrame, columns: list[str], means: pd.DataFrame) -> pd.DataFrame:
@@ -49,10 +50,10 @@ def centre(frame: pd.DataFrame, columns: list[str], means: pd.DataFrame) -> pd.D
     return pd.DataFrame((frame[columns].to_numpy() - m) / m, columns=columns, index=frame.index)
 
 
-def cross_validate(frame: pd.DataFrame, counters: list[str], cfg: dict, label: str = "") -> dict:
+def cross_validate(frame: pd.DataFrame, counters: list[str], s: DeviationSettings, label: str = "") -> dict:
     """RFE + LightGBM in grouped k-fold CV; returns per-fold results and the relevance table."""
     groups = frame["run_id"].to_numpy()
-    n_folds = min(cfg["folds"], len(np.unique(groups)))
+    n_folds = min(s.folds, len(np.unique(groups)))
     folds, predictions = [], np.full(len(frame), np.nan)
     for i, (train, test) in enumerate(GroupKFold(n_splits=n_folds).split(frame, groups=groups)):
         t0 = time.perf_counter()
@@ -61,7 +62,7 @@ def cross_validate(frame: pd.DataFrame, counters: list[str], cfg: dict, label: s
         keep = te["step"].isin(means.index).to_numpy()  # steps no training run reached cannot be centred
         x_tr, y_tr = centre(tr, counters, means), centre(tr, ["duration_s"], means)["duration_s"]
         x_te = centre(te[keep], counters, means)
-        rfe = RFE(_model(cfg), n_features_to_select=min(cfg["n_select"], len(counters)), step=1)
+        rfe = RFE(_model(s), n_features_to_select=min(s.n_select, len(counters)), step=1)
         rfe.fit(x_tr.fillna(0), y_tr)
         rel = rfe.predict(x_te.fillna(0))
         pred = means.loc[te.loc[keep, "step"], "duration_s"].to_numpy() * (1 + rel)
@@ -101,13 +102,13 @@ def centre_on(frame: pd.DataFrame, columns: list[str], reference: pd.DataFrame) 
     return pd.DataFrame(rel, columns=columns, index=frame.index)
 
 
-def attribute(frame: pd.DataFrame, features: list[str], cfg: dict, label: str = "") -> pd.DataFrame:
+def attribute(frame: pd.DataFrame, features: list[str], s: DeviationSettings, label: str = "") -> pd.DataFrame:
     """Out-of-fold per-step contributions: for every step of every run, the step's median over
     the *other* folds' runs (``typical_s``), the model's predicted relative deviation from it
     (``predicted_rel``), the model's base value (``bias``) and one column per feature (its SHAP
     value; they and ``bias`` sum to ``predicted_rel``). Steps no training run reached are left out."""
     groups = frame["run_id"].to_numpy()
-    n_folds = min(cfg["folds"], len(np.unique(groups)))
+    n_folds = min(s.folds, len(np.unique(groups)))
     parts = []
     for train, test in GroupKFold(n_splits=n_folds).split(frame, groups=groups):
         tr, te = frame.iloc[train], frame.iloc[test]
@@ -115,8 +116,8 @@ def attribute(frame: pd.DataFrame, features: list[str], cfg: dict, label: str = 
         te = te[te["step"].isin(medians.index)]
         if te.empty:
             continue
-        model = _model(cfg).fit(centre_on(tr, features, medians).fillna(0),
-                                centre_on(tr, ["duration_s"], medians)["duration_s"])
+        model = _model(s).fit(centre_on(tr, features, medians).fillna(0),
+                              centre_on(tr, ["duration_s"], medians)["duration_s"])
         contrib = model.predict(centre_on(te, features, medians).fillna(0), pred_contrib=True)
         part = pd.DataFrame(contrib[:, :-1], columns=features, index=te.index)
         part.insert(0, "bias", contrib[:, -1])
@@ -156,68 +157,71 @@ def _figure(relevance: pd.DataFrame, name: str, path: Path) -> Path:
     return savefig(fig, path)
 
 
-def run(dataset_dir: str | Path, out_dir: str | Path, config: dict | None = None) -> DeviationResult:
-    """Counter relevance per dataset (:class:`~hpcvar.settings.DeviationSettings` from ``config``);
-    writes ``out_dir/summary.json`` and the tables and figures, logs to MLflow, returns the result."""
-    cfg = DeviationSettings.from_mapping(config).as_dict()
+def run(dataset_dir: str | Path, out_dir: str | Path,
+        config: DeviationSettings | dict | None = None) -> DeviationResult:
+    """Counter relevance per dataset (:class:`~hpcvar.settings.DeviationSettings`, or a mapping of
+    them); writes ``out_dir/summary.json`` and the tables and figures, logs to MLflow, returns the
+    result."""
+    s = DeviationSettings.from_mapping(config)
     out_dir = Path(out_dir)
     data = load(dataset_dir)
-    summary = {"analysis": "deviation", "params": cfg, "paper_mape": PAPER_MAPE, "datasets": {}}
+    found: dict[str, DeviationDataset] = {}
     fitted = {}
-    for name in datasets(data["runs"], cfg["min_runs"]):
+    for name in datasets(data["runs"], s.min_runs):
         frame = step_frame(data, name)
         counters = feature_columns(frame, "job")
         if not counters:
             print(f"deviation: {name}: no step counters, skipped", file=sys.stderr)
             continue
-        result = cross_validate(frame, counters, cfg, label=name)
+        cv = cross_validate(frame, counters, s, label=name)
         # The model to keep: RFE on all runs, for the MLflow model registry and later scoring.
         means = frame.groupby("step")[["duration_s", *counters]].mean()
         x_all = centre(frame, counters, means).fillna(0)
-        final = RFE(_model(cfg), n_features_to_select=min(cfg["n_select"], len(counters)), step=1)
+        final = RFE(_model(s), n_features_to_select=min(s.n_select, len(counters)), step=1)
         final.fit(x_all, centre(frame, ["duration_s"], means)["duration_s"])
         selected = list(np.array(counters)[final.support_])
         (out_dir / name).mkdir(parents=True, exist_ok=True)
-        rel = result["relevance"]
+        rel = cv["relevance"]
         rel.to_csv(out_dir / DeviationDataset.relevance_table(name), index=False)
-        pd.DataFrame(result["folds"]).drop(columns=["gain_share", "ranking"]).to_csv(
+        pd.DataFrame(cv["folds"]).drop(columns=["gain_share", "ranking"]).to_csv(
             out_dir / DeviationDataset.folds_table(name), index=False)
         _figure(rel, name, out_dir / DeviationDataset.relevance_figure(name))
-        summary["datasets"][name] = {
-            "runs": int(frame["run_id"].nunique()), "steps": len(frame), "counters": counters,
-            "folds": len(result["folds"]), "mape": result["mape"],
-            "mape_per_fold": [f["mape"] for f in result["folds"]],
-            "top_counter": rel["counter"].iloc[0], "relevance": rel.to_dict("records"),
-            "final_selected": selected, "below_paper_bound": result["mape"] < PAPER_MAPE,
-        }
-        features = [c for fs in cfg["attribution"] for c in feature_columns(frame, fs) if frame[c].notna().any()]
-        attribute(frame, features, cfg, label=name).to_parquet(out_dir / DeviationDataset.attribution_table(name),
-                                                               index=False)
+        features = [c for fs in s.attribution for c in feature_columns(frame, fs) if frame[c].notna().any()]
+        attribute(frame, features, s, label=name).to_parquet(out_dir / DeviationDataset.attribution_table(name),
+                                                             index=False)
         cpu_r2 = cpu_pressure_r2(frame)
-        if cpu_r2 is not None:
-            summary["datasets"][name]["cpu_pressure_r2"] = cpu_r2
-        summary["datasets"][name]["attribution_features"] = features
-        fitted[name] = (frame, x_all[selected], final.estimator_, result)
-    summary["mlflow"] = _log(dataset_dir, out_dir, cfg, fitted, summary)
-    result = DeviationResult.build(summary)
+        found[name] = DeviationDataset(
+            runs=int(frame["run_id"].nunique()), steps=len(frame), counters=counters, folds=len(cv["folds"]),
+            mape=_finite(cv["mape"]), mape_per_fold=[_finite(f["mape"]) for f in cv["folds"]],
+            top_counter=rel["counter"].iloc[0], relevance=[CounterRelevance(**r) for r in rel.to_dict("records")],
+            final_selected=selected, below_paper_bound=bool(cv["mape"] < PAPER_MAPE),
+            **({"cpu_pressure_r2": cpu_r2} if cpu_r2 is not None else {}), attribution_features=features)
+        fitted[name] = (frame, x_all[selected], final.estimator_, cv)
+    result = DeviationResult(params=s, paper_mape=PAPER_MAPE, datasets=found)
+    result.mlflow = MLflowRuns.model_validate(_log(dataset_dir, out_dir, s, fitted, result))
     result.write(out_dir)
     return result
 
 
-def _log(dataset_dir, out_dir: Path, cfg: dict, fitted: dict, summary: dict) -> dict:
+def _finite(x: float) -> float | None:
+    """A figure for the summary: None where there is none (NaN)."""
+    return float(x) if np.isfinite(x) else None
+
+
+def _log(dataset_dir, out_dir: Path, settings: DeviationSettings, fitted: dict, result: DeviationResult) -> dict:
     import mlflow
     from mlflow.models import infer_signature
 
     ids = {}
     with tracking.session("deviation", dataset_dir) as exp_id:
-        for name, (frame, x_sel, estimator, result) in fitted.items():
-            s = summary["datasets"][name]
+        for name, (frame, x_sel, estimator, cv) in fitted.items():
+            d = result.datasets[name]
             with mlflow.start_run(run_name=name, tags={"hpcvar.dataset": name}) as parent:
                 tracking.log_dataset(frame, Path(dataset_dir) / "steps", f"{name}-steps")
-                mlflow.log_params({**cfg, "counters": ",".join(s["counters"])})
-                mlflow.log_metrics({"mape": s["mape"], "runs": s["runs"], "steps": s["steps"]})
-                mlflow.set_tag("hpcvar.top_counter", s["top_counter"])
-                for f in result["folds"]:
+                mlflow.log_params({**settings.as_dict(), "counters": ",".join(d.counters)})
+                mlflow.log_metrics({"mape": cv["mape"], "runs": d.runs, "steps": d.steps})
+                mlflow.set_tag("hpcvar.top_counter", d.top_counter)
+                for f in cv["folds"]:
                     with mlflow.start_run(run_name=f"{name} fold {f['fold']}", nested=True):
                         mlflow.log_params({"fold": f["fold"], "selected": ",".join(f["selected"])})
                         mlflow.log_metrics({"mape": f["mape"], "test_runs": f["test_runs"],

@@ -45,15 +45,15 @@ from sklearn.model_selection import GroupKFold
 
 from hpcvar import tracking
 from hpcvar.analyses import attention, common
-from hpcvar.defaults import FORECAST_GRID
+from hpcvar.defaults import FORECAST_FEATURE_SETS, FORECAST_GRID
 from hpcvar.results import forecast as results
 from hpcvar.results.forecast import ForecastResult
-from hpcvar.settings import ForecastSettings
+from hpcvar.settings import ForecastSettings, GridCell
 
 DEFAULT_GRID = FORECAST_GRID  # shared with the simulator's oracle (hpcvar.defaults)
 #: The cumulative feature sets, each adding one group of common.FEATURE_SETS: the paper's ablation
 #: (job counters, + placement, + io, + sys), then + neighbours, which is not in the default run.
-FEATURE_SETS = tuple("+".join(common.FEATURE_SETS[:i + 1]) for i in range(len(common.FEATURE_SETS)))
+FEATURE_SETS = FORECAST_FEATURE_SETS
 PAPER_FEATURE_SETS = FEATURE_SETS[:4]
 MODELS = results.MODELS
 TORCH_REQUIREMENT = f"torch=={torch.__version__.split('+')[0]}"
@@ -229,11 +229,12 @@ class Boosted:
     attention model's own starting point, so the two learners start level. ``model`` is the
     booster alone: it predicts the log-ratio, or with ``residual`` the correction."""
 
-    def __init__(self, cfg: dict, seed: int, residual: bool):
+    def __init__(self, settings: ForecastSettings, seed: int, residual: bool):
         import lightgbm
 
-        self.model = lightgbm.LGBMRegressor(**cfg["lgbm"], random_state=seed, n_jobs=cfg["threads"], verbose=-1)
-        self.early_stopping = cfg["lgbm_early_stopping"]
+        self.model = lightgbm.LGBMRegressor(**settings.lgbm.as_dict(), random_state=seed, n_jobs=settings.threads,
+                                            verbose=-1)
+        self.early_stopping = settings.lgbm_early_stopping
         self.residual = residual
 
     def _base(self, x: np.ndarray) -> np.ndarray:
@@ -274,21 +275,21 @@ def horizon_targets(s: "Series", fold: "Fold", runs: np.ndarray, m: int, k: int)
                                    / fold.profile.sums(w.t_c, j)) for j in range(1, k + 1)])
 
 
-def fit_lgbm(s, fold, m, k, cols, cfg: dict, seed: int) -> Boosted:
-    return Boosted(cfg, seed, residual=False).fit(*_fit_val(s, fold, m, k, cols, fold.fit, fold.val))
+def fit_lgbm(s, fold, m, k, cols, settings: ForecastSettings, seed: int) -> Boosted:
+    return Boosted(settings, seed, residual=False).fit(*_fit_val(s, fold, m, k, cols, fold.fit, fold.val))
 
 
-def fit_lgbm_residual(s, fold, m, k, cols, cfg: dict, seed: int) -> Boosted:
-    return Boosted(cfg, seed, residual=True).fit(*_fit_val(s, fold, m, k, cols, fold.fit, fold.val))
+def fit_lgbm_residual(s, fold, m, k, cols, settings: ForecastSettings, seed: int) -> Boosted:
+    return Boosted(settings, seed, residual=True).fit(*_fit_val(s, fold, m, k, cols, fold.fit, fold.val))
 
 
-def fit_attention(s, fold, m, k, cols, cfg: dict, seed: int) -> attention.Ensemble:
-    """``cfg["ensemble"]`` attention models averaged (a deep ensemble). With a few dozen to a few
+def fit_attention(s, fold, m, k, cols, settings: ForecastSettings, seed: int) -> attention.Ensemble:
+    """``settings.ensemble`` attention models averaged (a deep ensemble). With a few dozen to a few
     hundred training runs, one network's forecast depends noticeably on its initialisation and on
     which runs early stopping watched; averaging members that differ in both removes that part of
     the error. The first member watches the fold's validation runs, each other one its own draw.
 
-    With ``cfg["all_horizons"]`` each member learns every horizon 1..k at once (the log-ratios of
+    With ``settings.all_horizons`` each member learns every horizon 1..k at once (the log-ratios of
     steps t_c+1..t_c+j, :func:`horizon_targets`) and forecasts the k-th: the short horizons show
     how fast a slow stretch fades (the congestion's AR(1) part within a few steps, I/O traffic
     over many), which the k-step sum alone blurs. Early stopping and the kept weights still
@@ -296,15 +297,16 @@ def fit_attention(s, fold, m, k, cols, cfg: dict, seed: int) -> attention.Ensemb
     dataset/seed pairs): 1.3%, 1.2% and 2.8% lower MAPE than the k-step target alone, at the
     same cost."""
     members = []
-    for i in range(cfg["ensemble"]):
-        fit, val = (fold.fit, fold.val) if i == 0 else split_validation(fold.train, cfg["val_fraction"], seed + 7919 * i)
+    for i in range(settings.ensemble):
+        fit, val = ((fold.fit, fold.val) if i == 0
+                    else split_validation(fold.train, settings.val_fraction, seed + 7919 * i))
         x, y, x_val, y_val = _fit_val(s, fold, m, k, cols, fit, val)
-        if cfg["all_horizons"] and k > 1:
+        if settings.all_horizons and k > 1:
             y, y_val = horizon_targets(s, fold, fit, m, k), horizon_targets(s, fold, val, m, k)
         members.append(attention.fit(x, y, x_val, y_val, seed=seed + 104729 * i,
-                                     hidden=cfg["hidden"], lr=cfg["lr"], weight_decay=cfg["weight_decay"],
-                                     max_epochs=cfg["max_epochs"], patience=cfg["patience"],
-                                     batch_size=cfg["batch_size"]))
+                                     hidden=settings.hidden, lr=settings.lr, weight_decay=settings.weight_decay,
+                                     max_epochs=settings.max_epochs, patience=settings.patience,
+                                     batch_size=settings.batch_size))
     return attention.Ensemble(members)
 
 
@@ -383,7 +385,7 @@ class CellResult:
 
 
 def evaluate_cell(s: Series, folds: list[Fold], m: int, k: int, feature_sets: dict[str, list[int]],
-                  cfg: dict, progress) -> CellResult | None:
+                  settings: ForecastSettings, progress) -> CellResult | None:
     """Every model on every fold's held-out windows of one (m, k) cell; None when some fold has
     no training window (runs shorter than m + k steps)."""
     parts = [{name: Part.of(s, f, getattr(f, name), m, k) for name in ("fit", "val", "test")} for f in folds]
@@ -399,7 +401,7 @@ def evaluate_cell(s: Series, folds: list[Fold], m: int, k: int, feature_sets: di
             preds, spent, models = [], 0.0, []
             for fold, p in zip(folds, parts):
                 t0 = time.perf_counter()
-                model = trainer(s, fold, m, k, cols, cfg, cfg["seed"] + fold.number)
+                model = trainer(s, fold, m, k, cols, settings, settings.seed + fold.number)
                 took = time.perf_counter() - t0
                 spent += took
                 progress(f"m={m} k={k} {fs} {model_name} fold {fold.number}/{len(folds)} {took:.1f}s")
@@ -481,25 +483,25 @@ def feature_sets_of(frame: pd.DataFrame, wanted: list[str]) -> tuple[dict[str, l
     return out, notes
 
 
-def with_neighbours(data: dict, name: str, frame: pd.DataFrame, cfg: dict) -> pd.DataFrame:
+def with_neighbours(data: dict, name: str, frame: pd.DataFrame, settings: ForecastSettings) -> pd.DataFrame:
     """``frame`` with the presence of the dataset's most frequent large neighbours (feature set
     ``neighbours``; none without sacct)."""
-    if "neighbours" not in "+".join(cfg["feature_sets"]):
+    if "neighbours" not in "+".join(settings.feature_sets):
         return frame
-    users = common.frequent_neighbours(data, name, cfg["neighbour_min_nodes"], cfg["neighbour_users"])
-    return common.neighbour_presence(frame, data, users, cfg["neighbour_min_nodes"])
+    users = common.frequent_neighbours(data, name, settings.neighbour_min_nodes, settings.neighbour_users)
+    return common.neighbour_presence(frame, data, users, settings.neighbour_min_nodes)
 
 
-def analyse(data: dict, name: str, cfg: dict, oracle: pd.Series | None, out: Path,
+def analyse(data: dict, name: str, settings: ForecastSettings, oracle: pd.Series | None, out: Path,
             long_name: str | None) -> DatasetResult:
     """The whole grid, importance, final models and (when ``long_name``) the long-run test."""
-    frame = with_neighbours(data, name, common.step_frame(data, name), cfg)
+    frame = with_neighbours(data, name, common.step_frame(data, name), settings)
     app = data["runs"].loc[data["runs"]["dataset"] == name, "app"].iloc[0]
     notes: list[str] = []
-    grid_cfg = cfg["grid"].get(app)
-    if grid_cfg is None:
+    grid_cell = settings.grid.get(app)
+    if grid_cell is None:
         return _skipped(name, frame, out, f"no forecasting grid for app {app!r} (config['grid'])")
-    fsets, fs_notes = feature_sets_of(frame, cfg["feature_sets"])
+    fsets, fs_notes = feature_sets_of(frame, settings.feature_sets)
     notes += fs_notes
     if not fsets:
         return _skipped(name, frame, out, "no feature set has data", notes)
@@ -507,9 +509,9 @@ def analyse(data: dict, name: str, cfg: dict, oracle: pd.Series | None, out: Pat
     s = series(frame, name, columns)
     names = ["duration"] + columns
     index = {fs: [0] + [1 + columns.index(c) for c in cols] for fs, cols in fsets.items()}
-    folds = make_folds(s, cfg["folds"], cfg["val_fraction"], cfg["seed"])
+    folds = make_folds(s, settings.folds, settings.val_fraction, settings.seed)
     progress = lambda msg: print(f"forecast: {name} {msg}", file=sys.stderr, flush=True)  # noqa: E731
-    cells, rows = run_grid(s, folds, grid_cfg, index, cfg, oracle, progress, notes)
+    cells, rows = run_grid(s, folds, grid_cell, index, settings, oracle, progress, notes)
     if not cells:
         return _skipped(name, frame, out, "no cell of the grid has windows", notes)
     grid = pd.DataFrame(rows)
@@ -518,8 +520,8 @@ def analyse(data: dict, name: str, cfg: dict, oracle: pd.Series | None, out: Pat
     best = next(c for c in cells if (c.m, c.k) == (best_row["m"], best_row["k"]))
     fs_best = best_row["feature_set"]
     importance = permutation_importance(s, folds, best, fs_best, index[fs_best], [names[i] for i in index[fs_best]],
-                                        cfg["importance_repeats"], cfg["seed"])
-    final = fit_final(s, best.m, best.k, index[fs_best], [names[i] for i in index[fs_best]], cfg)
+                                        settings.importance_repeats, settings.seed)
+    final = fit_final(s, best.m, best.k, index[fs_best], [names[i] for i in index[fs_best]], settings)
     out.mkdir(parents=True, exist_ok=True)
     files = write_tables_figures(name, grid, importance, out)
     summary = {
@@ -533,20 +535,21 @@ def analyse(data: dict, name: str, cfg: dict, oracle: pd.Series | None, out: Pat
         "long_run": None, "notes": notes, "files": files,
     }
     if long_name is not None:
-        summary["long_run"] = long_run(data, long_name, s, index[fs_best], fs_best, cfg, out, progress)
+        summary["long_run"] = long_run(data, long_name, s, index[fs_best], fs_best, settings, out, progress)
         if "mape" in summary["long_run"]:
             summary["files"].update({"long_run_table": "long_run.csv", "long_run_figure": "long_run.svg"})
     return DatasetResult(name, frame, summary, grid, out, final,
                          params={"feature_sets": ",".join(fsets), "runs": len(s.run_ids)})
 
 
-def run_grid(s: Series, folds: list[Fold], grid_cfg: dict, index: dict[str, list[int]], cfg: dict,
+def run_grid(s: Series, folds: list[Fold], grid_cell: GridCell, index: dict[str, list[int]],
+             settings: ForecastSettings,
              oracle: pd.Series | None, progress, notes: list[str]) -> tuple[list[CellResult], list[dict]]:
     """Every (m, k) cell with windows; a note for each cell without."""
     cells, rows = [], []
-    for m in grid_cfg["m"]:
-        for k in grid_cfg["k"]:
-            cell = evaluate_cell(s, folds, m, k, index, cfg, progress)
+    for m in grid_cell.m:
+        for k in grid_cell.k:
+            cell = evaluate_cell(s, folds, m, k, index, settings, progress)
             if cell is None:
                 notes.append(f"cell m={m} k={k} skipped: windows need runs of m + k = {m + k} steps or more "
                              f"(runs have {s.lengths.min()}-{s.lengths.max()})")
@@ -589,41 +592,42 @@ def _oracle_by_cell(grid: pd.DataFrame) -> dict[str, float]:
     return {f"m={r.m},k={r.k}": r.mape for r in o.itertuples()}
 
 
-def fit_final(s: Series, m: int, k: int, cols: list[int], names: list[str], cfg: dict) -> Final:
+def fit_final(s: Series, m: int, k: int, cols: list[int], names: list[str], settings: ForecastSettings) -> Final:
     """The best cell's attention and LightGBM models refitted on every run (validation runs
     still held back for early stopping), with the profile of all runs."""
     everything = np.arange(len(s.run_ids))
-    fit, val = split_validation(everything, cfg["val_fraction"], cfg["seed"])
+    fit, val = split_validation(everything, settings.val_fraction, settings.seed)
     profile = Profile.fit(s, everything)
     fold = Fold(0, fit, val, np.empty(0, int), profile, profile.deviations(s))
-    att = fit_attention(s, fold, m, k, cols, cfg, cfg["seed"])
-    lgb = fit_lgbm(s, fold, m, k, cols, cfg, cfg["seed"])
+    att = fit_attention(s, fold, m, k, cols, settings, settings.seed)
+    lgb = fit_lgbm(s, fold, m, k, cols, settings, settings.seed)
     example = Part.of(s, fold, fit, m, k).x[:5][:, :, cols]
     return Final(att, lgb, example.astype(np.float32), names)
 
 
-def long_series(data: dict, long_name: str, s: Series, cfg: dict) -> Series:
+def long_series(data: dict, long_name: str, s: Series, settings: ForecastSettings) -> Series:
     """The long run(s) with the training series' features, the presence of the same neighbours
     (from the long run's own sacct) included."""
     users = [n[len(common.NEIGHBOUR_PREFIX):] for n in s.feature_names if n.startswith(common.NEIGHBOUR_PREFIX)]
-    long_frame = common.neighbour_presence(common.step_frame(data, long_name), data, users, cfg["neighbour_min_nodes"])
+    long_frame = common.neighbour_presence(common.step_frame(data, long_name), data, users,
+                                           settings.neighbour_min_nodes)
     return series(long_frame, long_name, s.feature_names)
 
 
-def long_run(data: dict, long_name: str, s: Series, cols: list[int], fs: str, cfg: dict, out: Path,
+def long_run(data: dict, long_name: str, s: Series, cols: list[int], fs: str, settings: ForecastSettings, out: Path,
              progress) -> dict:
     """Figure 12: train on every run of this dataset with (m, k) = (long_run_m, long_run_k) and
     forecast consecutive k-step segments of the long run, each from the m steps before it."""
-    m, k = cfg["long_run_m"], cfg["long_run_k"]
+    m, k = settings.long_run_m, settings.long_run_k
     if m + k > s.lengths.max():
         return {"dataset": long_name, "skipped": f"training runs have {s.lengths.max()} steps < m + k = {m + k}"}
-    long_s = long_series(data, long_name, s, cfg)
+    long_s = long_series(data, long_name, s, settings)
     everything = np.arange(len(s.run_ids))
-    fit, val = split_validation(everything, cfg["val_fraction"], cfg["seed"])
+    fit, val = split_validation(everything, settings.val_fraction, settings.seed)
     profile = Profile.fit(s, everything)
     fold = Fold(0, fit, val, np.empty(0, int), profile, profile.deviations(s))
     t0 = time.perf_counter()
-    model = fit_attention(s, fold, m, k, cols, cfg, cfg["seed"])
+    model = fit_attention(s, fold, m, k, cols, settings, settings.seed)
     progress(f"long run {long_name} m={m} k={k} {fs} attention {time.perf_counter() - t0:.1f}s")
     dev = profile.deviations(long_s)
     w = Windows.of(long_s.lengths, np.arange(len(long_s.run_ids)), m, k, stride=k)
@@ -754,43 +758,28 @@ def log_dataset(res: DatasetResult, experiment_id: str, dataset_dir: Path, param
 
 # --- entry point ------------------------------------------------------------------------------------
 
-def configure(config: dict | None) -> dict:
-    """The settings (:class:`~hpcvar.settings.ForecastSettings`) from ``config`` as a dict; ``grid``
-    merges per app (apps left out keep their default grid)."""
-    cfg = ForecastSettings.from_mapping(config).as_dict()
-    cfg["grid"] = {**DEFAULT_GRID, **cfg["grid"]}
-    bad = sorted(set(cfg["feature_sets"]) - set(FEATURE_SETS))
-    if bad:
-        raise KeyError(f"unknown feature sets {bad}; choose from {list(FEATURE_SETS)}")
-    if cfg["long_run"]:
-        cfg["long_run"] = {k: v for k, v in cfg["long_run"].items() if v is not None}
-        cfg["long_run_m"] = cfg["long_run"].get("m", cfg["long_run_m"])
-        cfg["long_run_k"] = cfg["long_run"].get("k", cfg["long_run_k"])
-    return cfg
-
-
-def plan(runs: pd.DataFrame, cfg: dict) -> tuple[list[str], dict[str, str], list[str]]:
+def plan(runs: pd.DataFrame, settings: ForecastSettings) -> tuple[list[str], dict[str, str], list[str]]:
     """Datasets to analyse, long-run datasets by the regular dataset that trains for them, notes."""
     notes = []
     per = runs.groupby("dataset").agg(app=("app", "first"), nodes=("num_nodes", "first"),
                                       n=("run_id", "size"), steps=("num_steps", "max"))
-    long_cfg = cfg["long_run"]
+    long_cfg = settings.long_run
     if long_cfg:
-        longs = [long_cfg["dataset"]] if long_cfg["dataset"] in per.index else []
+        longs = [long_cfg.dataset] if long_cfg.dataset in per.index else []
         if not longs:
-            notes.append(f"long_run dataset {long_cfg['dataset']!r} not in the dataset")
+            notes.append(f"long_run dataset {long_cfg.dataset!r} not in the dataset")
     else:
-        longs = list(per.index[per["steps"] >= cfg["long_run_min_steps"]])
+        longs = list(per.index[per["steps"] >= settings.long_run_min_steps])
     pairs = {}
     for name in longs:
         app, nodes = per.loc[name, ["app", "nodes"]]
         regular = [d for d in per.index if d not in longs and per.loc[d, "app"] == app and per.loc[d, "nodes"] == nodes]
-        train = (long_cfg or {}).get("train") or next(iter(regular), None)
+        train = (long_cfg.train if long_cfg else None) or next(iter(regular), None)
         if train is None or train not in per.index:
             notes.append(f"long run {name}: no regular {app} dataset on {nodes} nodes to train on")
         else:
             pairs[train] = name
-    wanted = cfg["datasets"] or list(per.index)
+    wanted = settings.datasets or list(per.index)
     names = []
     for name in wanted:
         if name not in per.index:
@@ -833,29 +822,30 @@ def torch_threads(n: int):
         torch.set_num_threads(before)
 
 
-def run(dataset_dir: str | Path, out_dir: str | Path, config: dict | None = None,
+def run(dataset_dir: str | Path, out_dir: str | Path, config: ForecastSettings | dict | None = None,
         truth: str | Path | None = None) -> ForecastResult:
     """Forecast every dataset of ``dataset_dir``; writes ``out_dir/summary.json`` and returns it.
     ``truth``: the simulator's truth.json (an input, not a setting), whose oracle's error
     (``truth_oracle.parquet`` beside it) is reported beside the models'."""
-    cfg = configure(config)
+    settings = ForecastSettings.from_mapping(config)
     dataset_dir, out_dir = Path(dataset_dir), Path(out_dir)
     data = common.load(dataset_dir, tables=("runs", "steps", "step_counters", "system_counters", "neighbourhood"))
     oracle, truth_doc = load_oracle(truth)
-    names, pairs, notes = plan(data["runs"], cfg)
+    names, pairs, notes = plan(data["runs"], settings)
     notes += [f"long run {long}: {train} is not analysed, so it was not forecast"
               for train, long in pairs.items() if train not in names]
     if truth and oracle is None:
         notes.append(f"no oracle: {Path(truth).with_name('truth_oracle.parquet')} not found")
     results = {}
-    with torch_threads(cfg["threads"]):
+    with torch_threads(settings.threads):
         for name in names:
-            results[name] = analyse(data, name, cfg, oracle, out_dir / name, pairs.get(name))
-    params = {"grid": json.dumps({a: cfg["grid"][a] for a in sorted(cfg["grid"])}), "folds": cfg["folds"],
-              "max_epochs": cfg["max_epochs"], "patience": cfg["patience"], "seed": cfg["seed"],
-              "hidden": cfg["hidden"], "lr": cfg["lr"], "val_fraction": cfg["val_fraction"],
-              "ensemble": cfg["ensemble"],
-              "long_run": f"m={cfg['long_run_m']},k={cfg['long_run_k']}"}
+            results[name] = analyse(data, name, settings, oracle, out_dir / name, pairs.get(name))
+    grid = {app: cell.as_dict() for app, cell in settings.grid.items()}
+    params = {"grid": json.dumps({a: grid[a] for a in sorted(grid)}), "folds": settings.folds,
+              "max_epochs": settings.max_epochs, "patience": settings.patience, "seed": settings.seed,
+              "hidden": settings.hidden, "lr": settings.lr, "val_fraction": settings.val_fraction,
+              "ensemble": settings.ensemble,
+              "long_run": f"m={settings.long_run_m},k={settings.long_run_k}"}
     # Everything is computed before the store's lock is taken: other analyses wait on it.
     with tracking.session("forecast", dataset_dir) as experiment_id:
         for res in results.values():
@@ -865,7 +855,7 @@ def run(dataset_dir: str | Path, out_dir: str | Path, config: dict | None = None
             res.summary["oracle_mape_truth"] = truth_doc["datasets"][name].get("oracle_mape")
     uri = tracking.tracking_uri(dataset_dir)
     summary = ForecastResult.build({"analysis": "forecast",
-                            "params": {**params, "feature_sets": cfg["feature_sets"], "grid": cfg["grid"]},
+                            "params": {**params, "feature_sets": settings.feature_sets, "grid": grid},
                             "tracking_uri": uri,
                             "mlflow": {"tracking_uri": uri, "experiment_id": experiment_id,
                                        "runs": {n: r.summary["mlflow"]["run_id"] for n, r in results.items()}},

@@ -22,7 +22,8 @@ from sklearn.feature_selection import mutual_info_classif
 
 from hpcvar import tracking
 from hpcvar.analyses.common import datasets, load, savefig, subplots
-from hpcvar.results.neighbourhood import NeighbourhoodDataset, NeighbourhoodResult
+from hpcvar.results._common import MLflowRuns
+from hpcvar.results.neighbourhood import NeighbourhoodDataset, NeighbourhoodResult, PearsonRankedUser, RankedUser
 from hpcvar.settings import NeighbourhoodSettings
 
 
@@ -38,8 +39,9 @@ def ranking(runs: pd.DataFrame, neigh: pd.DataFrame, threshold_nodes: int, tau: 
     theirs). ``log_r``, ``log_p``: the same correlation with the log of run time, the scale on which
     slowdowns multiply (what :mod:`hpcvar.analyses.explain` tests a user on): a neighbour that
     doubles a run's time in a quiet week and triples it after a link got slower adds alike on it,
-    where on raw time the few longest runs decide r. Ties are broken by how often the user was there (``cooccurrence`` for MI,
-    ``runs_alongside`` for Pearson), then by user name, so the order is reproducible.
+    where on raw time the few longest runs decide r. Ties are broken by how often the user was
+    there (``cooccurrence`` for MI, ``runs_alongside`` for Pearson), then by user name, so the
+    order is reproducible.
     Rows: MI-ranked users first (by ``rank_mi``), then the others by ``rank_r``.
     """
     cols = ["user", "mi", "rank_mi", "cooccurrence", "share_of_runs", "mean_time_with_s", "mean_time_without_s",
@@ -119,44 +121,46 @@ def plot_top_users(table: pd.DataFrame, dataset: str, top_k: int, path: Path) ->
     return savefig(fig, path)
 
 
-def run(dataset_dir: str | Path, out_dir: str | Path, config: dict | None = None) -> NeighbourhoodResult:
-    """Both rankings per dataset (:class:`~hpcvar.settings.NeighbourhoodSettings` from ``config``);
-    writes ``out_dir/summary.json`` and the tables and figures, logs to MLflow, returns the result."""
-    cfg = NeighbourhoodSettings.from_mapping(config).as_dict()
+def run(dataset_dir: str | Path, out_dir: str | Path,
+        config: NeighbourhoodSettings | dict | None = None) -> NeighbourhoodResult:
+    """Both rankings per dataset (:class:`~hpcvar.settings.NeighbourhoodSettings`, or a mapping of
+    them); writes ``out_dir/summary.json`` and the tables and figures, logs to MLflow, returns the
+    result."""
+    s = NeighbourhoodSettings.from_mapping(config)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     data = load(dataset_dir, tables=("runs", "neighbourhood"))
     runs, neigh = data["runs"], data["neighbourhood"]
-    tables, summary = {}, {"analysis": "neighbourhood", "params": cfg, "datasets": {}}
-    for name in datasets(runs, cfg["min_runs"]):
+    tables: dict[str, pd.DataFrame] = {}
+    found: dict[str, NeighbourhoodDataset] = {}
+    for name in datasets(runs, s.min_runs):
         ds_runs = runs[runs["dataset"] == name]
-        table = ranking(ds_runs, neigh, cfg["threshold_nodes"], cfg["tau"])
+        table = ranking(ds_runs, neigh, s.threshold_nodes, s.tau)
         tables[name] = table
         (out_dir / name).mkdir(parents=True, exist_ok=True)
         table.to_csv(out_dir / NeighbourhoodDataset.ranking_table(name), index=False)
         qualified = mi_ranked(table)
         if len(qualified):
-            plot_top_users(qualified, name, cfg["top_k"], out_dir / NeighbourhoodDataset.top_users_figure(name))
+            plot_top_users(qualified, name, s.top_k, out_dir / NeighbourhoodDataset.top_users_figure(name))
         times = ds_runs["total_time_s"]
-        summary["datasets"][name] = {
-            "runs": len(ds_runs), "qualified_users": len(qualified), "users_alongside": len(table),
-            "optimal_runs": int((times < cfg["tau"] * times.mean()).sum()),
-            "top_users": _records(qualified.head(cfg["top_k"])),
-            "top_users_by_nodes_r": _records(table.sort_values("rank_r").head(cfg["top_k"])[
-                ["user", "nodes_r", "nodes_p", "runs_alongside", "rank_mi"]]),
-        }
+        found[name] = NeighbourhoodDataset(
+            runs=len(ds_runs), qualified_users=len(qualified), users_alongside=len(table),
+            optimal_runs=int((times < s.tau * times.mean()).sum()),
+            top_users=[RankedUser(**r) for r in _records(qualified.head(s.top_k))],
+            top_users_by_nodes_r=[PearsonRankedUser(**r) for r in _records(
+                table.sort_values("rank_r").head(s.top_k)[list(PearsonRankedUser.model_fields)])])
         print(f"neighbourhood: {name}: {len(ds_runs)} runs, {len(qualified)} users with jobs > "
-              f"{cfg['threshold_nodes']} nodes, {len(table)} users alongside", file=sys.stderr, flush=True)
-    cross = cross_dataset(tables, cfg["top_k"])
+              f"{s.threshold_nodes} nodes, {len(table)} users alongside", file=sys.stderr, flush=True)
+    cross = cross_dataset(tables, s.top_k)
     cross.to_csv(out_dir / NeighbourhoodResult.CROSS_DATASET_TABLE, index=False)
-    summary["cross_dataset"] = cross.to_dict("records")
-    summary["mlflow"] = _log(dataset_dir, out_dir, cfg, runs, neigh, tables, summary)
-    result = NeighbourhoodResult.build(summary)
+    result = NeighbourhoodResult(params=s, datasets=found, cross_dataset=_records(cross))
+    result.mlflow = MLflowRuns.model_validate(_log(dataset_dir, out_dir, s, runs, neigh, tables, result))
     result.write(out_dir)
     return result
 
 
-def _log(dataset_dir, out_dir: Path, cfg: dict, runs, neigh, tables, summary) -> dict:
+def _log(dataset_dir, out_dir: Path, s: NeighbourhoodSettings, runs, neigh, tables,
+         result: NeighbourhoodResult) -> dict:
     import mlflow
 
     ids = {}
@@ -166,10 +170,10 @@ def _log(dataset_dir, out_dir: Path, cfg: dict, runs, neigh, tables, summary) ->
                 ds_runs = runs[runs["dataset"] == name]
                 tracking.log_dataset(neigh[neigh["run_id"].isin(ds_runs["run_id"])],
                                      Path(dataset_dir) / "neighbourhood", f"{name}-neighbourhood", "analysis")
-                mlflow.log_params(cfg)
-                d = summary["datasets"][name]
-                mlflow.log_metrics({"runs": d["runs"], "qualified_users": d["qualified_users"],
-                                    "optimal_runs": d["optimal_runs"],
+                mlflow.log_params(s.as_dict())
+                d = result.datasets[name]
+                mlflow.log_metrics({"runs": d.runs, "qualified_users": d.qualified_users,
+                                    "optimal_runs": d.optimal_runs,
                                     "top_mi": float(mi_ranked(table)["mi"].iloc[0]) if len(mi_ranked(table)) else 0.0})
                 mlflow.log_artifacts(str(out_dir / name), artifact_path="neighbourhood")
                 ids[name] = r.info.run_id

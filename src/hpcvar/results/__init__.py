@@ -60,6 +60,12 @@ class Result(Record):
     NAME: typing.ClassVar[str] = ""
     _dir: Path | None = PrivateAttr(default=None)
 
+    def model_post_init(self, context) -> None:
+        # The analysis's name is written even where the result was built without it (it is the
+        # field's default): summary.json says whose it is.
+        if "analysis" in type(self).model_fields:
+            self.__pydantic_fields_set__.add("analysis")
+
     @classmethod
     def build(cls, summary: dict):
         """The result from the dict an analysis assembled (numpy values and NaN allowed)."""
