@@ -14,8 +14,9 @@ import pytest
 
 from conftest import with_required_run_columns
 from hpcvar import cli
-from hpcvar.analyses.distributions import (cycle_minima, describe, detect_modes, histogram_from_counts,
-                                           histogram_table, log_bin_size, moments_about_min, step_ratios)
+from hpcvar.analyses.distribution_stats import (cycle_minima, describe, detect_modes, histogram_from_counts,
+                                                histogram_table, log_bin_size, moments_about_min)
+from hpcvar.analyses.distributions import step_ratios
 from hpcvar.dataset import Dataset
 from hpcvar.parsers.microbenchmarks import log_bin_edges
 from hpcvar.results import ResultError
@@ -481,7 +482,7 @@ def test_simulated_latency_by_locality_and_background_traffic(campaign, tmp_path
     assert mb["bg_traffic"].to_numpy() == pytest.approx(planted.loc[mb.index, "b"].to_numpy(), abs=1e-6)
     assert (mb["locality_dfplus"] == planted.loc[mb.index, "locality_dfplus"]).all()
     cond = by_condition(truth["dataset"], mb.reset_index(), lat[lat["run_id"].isin(mb.index)],
-                        DistributionsSettings().as_dict(), tmp_path)
+                        DistributionsSettings(), tmp_path)
     groups = pd.DataFrame(cond["groups"])
     assert set(cond["runs_by_locality"]) == set(LOCALITY_ORDER)
     for var, g in groups.groupby("variable"):

@@ -14,7 +14,7 @@ class MLflowRuns(Record):
 
 
 class Mode(Record):
-    """One performance mode (:func:`hpcvar.analyses.distributions.detect_modes`): KDE peak, share of
+    """One performance mode (:func:`hpcvar.analyses.distribution_stats.detect_modes`): KDE peak, share of
     the samples and its basin."""
 
     location: float

@@ -18,7 +18,7 @@ from hpcvar.settings import DistributionsSettings
 
 
 class Moments(Record):
-    """Moments about the observed minimum (:func:`~hpcvar.analyses.distributions.moments_about_min`)."""
+    """Moments about the observed minimum (:func:`~hpcvar.analyses.distribution_stats.moments_about_min`)."""
 
     m1: float
     m2: float
@@ -29,7 +29,7 @@ class Moments(Record):
 
 
 class Description(Record):
-    """What :func:`~hpcvar.analyses.distributions.describe` says about a sample."""
+    """What :func:`~hpcvar.analyses.distribution_stats.describe` says about a sample."""
 
     n: int
     mean: float
@@ -94,7 +94,7 @@ class LatencyGroup(Description, LatencyKey):
 
 class HistogramSummary(Record):
     """Confidence's histograms of one kind added up over runs and pairs
-    (:func:`~hpcvar.analyses.distributions.histogram_summary`); bins are ``[lower, upper]``, an
+    (:func:`~hpcvar.analyses.distribution_stats.histogram_summary`); bins are ``[lower, upper]``, an
     open last bin's upper edge null."""
 
     n: int

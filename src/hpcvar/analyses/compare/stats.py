@@ -6,7 +6,7 @@
 * :func:`holm`: Holm's step-down correction over all pairs;
 * effect sizes: the median shift with its bootstrap interval (whole runs resampled for grouped
   samples), Cliff's delta, the IQR ratio, Wasserstein distances and the modes
-  (:func:`hpcvar.analyses.distributions.detect_modes`);
+  (:func:`hpcvar.analyses.distribution_stats.detect_modes`);
 * the verdict (one of :data:`VERDICTS`) and its one-line reason.
 
 :func:`compare` runs all of it on two samples tables and returns one row per pair.
@@ -105,9 +105,9 @@ def _iqr(x: np.ndarray) -> float:
 
 
 def _modes(values: np.ndarray, alpha: float, min_weight: float) -> list[dict] | None:
-    """Modes by Hartigan's dip test and KDE peaks (:func:`hpcvar.analyses.distributions.detect_modes`),
+    """Modes by Hartigan's dip test and KDE peaks (:func:`hpcvar.analyses.distribution_stats.detect_modes`),
     each holding at least ``min_weight`` of the samples; None when too few samples to test."""
-    from hpcvar.analyses.distributions import detect_modes
+    from hpcvar.analyses.distribution_stats import detect_modes
 
     result = detect_modes(values, alpha, min_weight=min_weight)
     if not result.tested:
