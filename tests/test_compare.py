@@ -355,7 +355,7 @@ def test_cli_settings_options_are_the_compare_settings():
     other option is a setting: a new setting appears on the command line by itself."""
     parser = _compare_parser()
     others = {"before_source", "after_source", "before", "after", "reference", "out", "fail_on", "higher_is_better",
-              "lower_is_better", "reframe_config", "no_figures", "help"}
+              "lower_is_better", "reframe_config", "no_figures", "help", "set"}
     options = {a.dest: a for a in parser._actions}
     assert set(options) - others == set(CompareSettings.model_fields)
     for key, info in CompareSettings.model_fields.items():

@@ -126,19 +126,25 @@ def test_cli_refuses_a_value_out_of_bounds_before_reading_the_dataset(tmp_path):
     assert "deviation settings in the --set options: folds: Input should be greater than or equal to 2" in out.stderr
 
 
-def test_workflow_options_read_back_as_the_same_settings():
-    """The compare rule passes the `compare:` section as options (to_options); hpcvar compare's
-    parser (add_options) reads back exactly those settings, booleans included."""
-    import argparse
+def test_workflow_settings_reach_compare_as_they_reach_every_analysis():
+    """The workflow passes every step's config section as `--set key=<JSON>` (common.smk's
+    set_options); hpcvar compare reads them back as the same settings, booleans included,
+    and its own options win over them."""
+    import json
+    import shlex
 
-    given = {"alpha": 0.01, "independent": True, "n_perm": 99, "before": "2026-01-01..2026-01-02"}
-    args = settings.to_options(CompareSettings, given)
-    assert "--permutations" in args and "--independent" in args and "2026-01-01..2026-01-02" not in args
-    parser = argparse.ArgumentParser()
-    settings.add_options(parser, CompareSettings)
-    back = settings.from_options(parser.parse_args(args), CompareSettings)
-    assert back == CompareSettings.from_mapping({k: v for k, v in given.items() if k != "before"})
-    assert "--independent" not in settings.to_options(CompareSettings, {})
+    from hpcvar.cli import build_parser, compare_settings
+
+    given = {"alpha": 0.01, "independent": True, "n_perm": 99, "max_samples": 5000}
+    sets = [f"--set={k}={json.dumps(v)}" for k, v in given.items()]
+    a = build_parser().parse_args(["compare", "before.csv", "after.csv", *sets])
+    assert compare_settings(a) == CompareSettings.from_mapping(given)
+    a = build_parser().parse_args(["compare", "before.csv", "after.csv", *sets, "--alpha", "0.2"])
+    assert compare_settings(a).alpha == 0.2 and compare_settings(a).n_perm == 99
+    # The workflow's helper writes exactly those options (shell-quoted).
+    smk = (REPO / "workflow" / "rules" / "common.smk").read_text()
+    assert 'shlex.quote(f"--set={k}={json.dumps(v)}")' in smk and smk.count("set_options(") >= 4
+    assert shlex.split(" ".join(shlex.quote(x) for x in sets)) == sets
 
 
 def test_analysis_help_lists_the_models_settings():

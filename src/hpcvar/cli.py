@@ -22,7 +22,8 @@ def cmd_simulate(a) -> int:
     from hpcvar.simulate import RefusedOutput, simulate
 
     try:
-        truth = simulate(a.preset, seed=a.seed, out=a.out, overrides=_kv(a.set))
+        overrides = {k: yaml_value(v) for k, v in _kv(a.set).items()}  # YAML, as every --set
+        truth = simulate(a.preset, seed=a.seed, out=a.out, overrides=overrides)
     except RefusedOutput as exc:
         print(f"hpcvar simulate: {exc}", file=sys.stderr)
         return 2
@@ -177,14 +178,23 @@ def cmd_explain(a) -> int:
     return 0
 
 
+def compare_settings(a):
+    """``hpcvar compare``'s settings: ``--set KEY=VALUE`` (the workflow's way, as for every
+    analysis), then the options (``--alpha``, ...), which win."""
+    from hpcvar.settings import CompareSettings, from_options
+
+    given = {**{k: yaml_value(v) for k, v in _kv(a.set).items()}, **from_options(a, CompareSettings, only_given=True)}
+    return CompareSettings.from_mapping(given, "the --set options")
+
+
 def cmd_compare(a) -> int:
     """Prints the table and the verdict counts; exit 0: no regression, 1: regression, 2: bad input."""
     from hpcvar.analyses import compare
     from hpcvar.parsers.errors import ParseError
-    from hpcvar.settings import CompareSettings, SettingsError, from_options
+    from hpcvar.settings import SettingsError
 
     try:
-        result = compare.run(a.before_source, a.after_source, a.out, from_options(a, CompareSettings),
+        result = compare.run(a.before_source, a.after_source, a.out, compare_settings(a),
                              before_range=a.before, after_range=a.after, reference=a.reference,
                              reframe_config=a.reframe_config, higher_is_better=a.higher_is_better,
                              lower_is_better=a.lower_is_better, figures=not a.no_figures,
@@ -459,6 +469,9 @@ def build_parser() -> argparse.ArgumentParser:
                         f"default {REFRAME_CONFIG}, relative to the current directory)")
     s.add_argument("--no-figures", action="store_true", help="skip the per-pair SVG figures")
     add_options(s, CompareSettings)  # --alpha, --min-effect, ...: docs/settings.md
+    s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a setting by its name in the workflow's compare: section (value is YAML; repeatable; the "
+                        "options above win), e.g. --set n_perm=999")
     s.set_defaults(func=cmd_compare)
 
     s = sub.add_parser("explain", help=ANALYSES["explain"].help,

@@ -407,22 +407,11 @@ def _flag(model: type[Settings], key: str) -> str:
     return (model.model_fields[key].json_schema_extra or {}).get("cli") or "--" + key.replace("_", "-")
 
 
-def to_options(model: type[Settings], values: dict) -> list[str]:
-    """``values`` (e.g. the workflow's ``compare:`` section) as the options :func:`add_options`
-    reads back: ``--flag VALUE``, a true boolean as its flag alone, a false one left out."""
-    settings = model.from_mapping({k: v for k, v in values.items() if k in model.model_fields}).as_dict()
-    args = []
-    for key, value in settings.items():
-        if isinstance(value, bool):
-            args += [_flag(model, key)] if value else []
-        elif value is not None:
-            args += [_flag(model, key), str(value)]
-    return args
-
-
-def from_options(args: argparse.Namespace, model: type[Settings]):
-    """The settings given as options (:func:`add_options`), the defaults for the others."""
-    return model.from_mapping({k: getattr(args, k) for k in model.model_fields if getattr(args, k, None) is not None})
+def from_options(args: argparse.Namespace, model: type[Settings], only_given: bool = False):
+    """The settings given as options (:func:`add_options`), the defaults for the others; with
+    ``only_given``, the mapping of those given alone."""
+    given = {k: getattr(args, k) for k in model.model_fields if getattr(args, k, None) is not None}
+    return given if only_given else model.from_mapping(given)
 
 
 # --- regenerate the derived files --------------------------------------------------------------------
@@ -457,5 +446,5 @@ if __name__ == "__main__":
 
 
 __all__ = ["ALL", "ANALYSES", "CompareSettings", "DeviationSettings", "DistributionsSettings", "ForecastSettings",
-           "LightGBMSettings", "NeighbourhoodSettings", "Settings", "SettingsError", "add_options", "from_options", "to_options",
+           "LightGBMSettings", "NeighbourhoodSettings", "Settings", "SettingsError", "add_options", "from_options",
            "markdown", "model_schema", "schema_document"]

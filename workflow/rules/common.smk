@@ -39,10 +39,15 @@ TRUTH = f"{RAW_DIR}/truth.json" if config["source"] == "simulate" else None
 from hpcvar.analyses.registry import ANALYSES
 
 
+def set_options(values):
+    """Settings as `--set key=value` options, values as JSON (which is YAML): the one way every
+    step (simulate, the analyses, compare, the interference experiment) takes its config section."""
+    return " ".join(shlex.quote(f"--set={k}={json.dumps(v)}") for k, v in values.items())
+
+
 def analysis_settings(name, **extra):
-    """The analysis's config section as `--set key=value` options (values as JSON, which is YAML)."""
-    settings = {**config["analyses"][name], **{k: v for k, v in extra.items() if v is not None}}
-    return " ".join(shlex.quote(f"--set={k}={json.dumps(v)}") for k, v in settings.items())
+    """The analysis's config section as `--set` options."""
+    return set_options({**config["analyses"][name], **{k: v for k, v in extra.items() if v is not None}})
 
 
 def compare_windows():
@@ -67,10 +72,11 @@ COMPARE = compare_windows()
 
 
 def compare_options():
-    """The `compare:` settings as `hpcvar compare` options (both come from hpcvar.settings)."""
-    from hpcvar.settings import CompareSettings, to_options
+    """The `compare:` settings (those of hpcvar.settings.CompareSettings: not the windows) as
+    `--set` options."""
+    from hpcvar.settings import CompareSettings
 
-    return shlex.join(to_options(CompareSettings, config["compare"]))
+    return set_options({k: v for k, v in config["compare"].items() if k in CompareSettings.model_fields})
 
 
 # --- interference experiment (config `interference:`) ------------------------------------------
@@ -79,8 +85,8 @@ INTERFERENCE = config["interference"]
 
 
 def interference_sets():
-    """The experiment's `overrides` as `--set key=value` options (values as JSON, which is YAML)."""
-    return " ".join(shlex.quote(f"--set={k}={json.dumps(v)}") for k, v in INTERFERENCE["overrides"].items())
+    """The experiment's `overrides` as `--set` options."""
+    return set_options(INTERFERENCE["overrides"])
 
 
 # --- campaigns (source: campaign) ---------------------------------------------------------------

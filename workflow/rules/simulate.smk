@@ -11,7 +11,7 @@ if config["source"] == "simulate":
             raw=lambda wildcards, output: os.path.dirname(output.truth),
             preset=config["simulate"]["preset"],
             seed=config["simulate"]["seed"],
-            overrides=" ".join(f"--set {k}={v}" for k, v in config["simulate"]["overrides"].items()),
+            overrides=set_options(config["simulate"]["overrides"]),
         log:
             f"{RESULTS}/logs/simulate.log",
         conda:
