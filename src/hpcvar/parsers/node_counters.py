@@ -227,7 +227,7 @@ def step_deltas(samples: pd.DataFrame | Sequence[pd.DataFrame], steps: pd.DataFr
         series = series.sort_values("epoch", kind="stable").drop_duplicates("epoch", keep="last")
         t = series["epoch"].to_numpy(dtype=float)
         value = series["value"].to_numpy(dtype=np.uint64)
-        delta, wrapped, reset = ldms._counter_delta(value[1:], value[:-1].copy(), counter_bits, wrap_fraction)
+        delta, wrapped, reset = ldms.counter_delta(value[1:], value[:-1].copy(), counter_bits, wrap_fraction)
         wraps += int(wrapped.sum())
         for i in np.flatnonzero(reset):
             resets.append(ldms.Reset(str(node), float(t[i + 1]), float(t[i]), (f"{source}/{device}/{counter}",)))
