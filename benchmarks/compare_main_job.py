@@ -11,7 +11,8 @@ revision and on the current working tree, each in a copy of its own with the sam
 * every CSV table under ``analyses/``, cell by cell, without timing columns;
 * the report's numbers: the text of every table cell of ``report.html``.
 
-Exit status 0 when everything agrees, 1 with a list of the differences otherwise.
+Exit status 0 when everything agrees, 1 with a list of the differences otherwise. Each main
+job's wall time and job count are printed as it ends.
 
     python benchmarks/compare_main_job.py --before HEAD        # this tree's change against HEAD (~7 min)
     python benchmarks/compare_main_job.py --before d36a4f4 --after 9feb621
@@ -30,6 +31,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -60,9 +62,12 @@ def main_job(tree: Path) -> Path:
     env.pop("MLFLOW_TRACKING_URI", None)
     snakemake = Path(sys.executable).with_name("snakemake")
     print(f"main job in {tree} ...", flush=True)
+    t0 = time.perf_counter()
     out = subprocess.run([str(snakemake), "--cores", "2"], cwd=tree, env=env, capture_output=True, text=True)
     if out.returncode != 0:
         raise SystemExit(f"the main job failed in {tree}:\n{out.stderr[-3000:]}")
+    done = re.findall(r"(\d+) of (\d+) steps \(100%\) done", out.stderr)
+    print(f"  {time.perf_counter() - t0:.0f} s wall, {done[-1][1] if done else '?'} jobs", flush=True)
     return tree / "results"
 
 

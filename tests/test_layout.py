@@ -12,7 +12,8 @@ import pytest
 REAL_DATA_PATH = ["hpcvar.parsers", "hpcvar.collate", "hpcvar.dataset", "hpcvar.campaign.reframe_import",
                   "hpcvar.campaign.rounds", "hpcvar.campaign.interference", "hpcvar.analyses.neighbourhood",
                   "hpcvar.analyses.deviation", "hpcvar.analyses.forecast", "hpcvar.analyses.distributions",
-                  "hpcvar.analyses.compare", "hpcvar.analyses.interference", "hpcvar.report.build",
+                  "hpcvar.analyses.compare", "hpcvar.analyses.interference", "hpcvar.analyses.explain",
+                  "hpcvar.analyses.assemble", "hpcvar.report.build",
                   "hpcvar.rawlayout", "hpcvar.experiments.spec", "hpcvar.experiments.placement"]
 
 
@@ -35,3 +36,52 @@ def test_the_simulator_does_not_load_the_analyses():
     loaded = loaded_after_importing(["hpcvar.simulate", "hpcvar.simulate.interference"])
     assert "hpcvar.simulate.interference" in loaded
     assert not {m for m in loaded if m.startswith(("hpcvar.analyses", "hpcvar.report", "hpcvar.campaign"))}
+
+
+def module_imports() -> dict[str, set[str]]:
+    """Each hpcvar module's module-level imports of other hpcvar modules (imports inside functions,
+    which run only when called, left out), from the source."""
+    import ast
+    from pathlib import Path
+
+    src = Path(__file__).resolve().parents[1] / "src"
+    modules = {}
+    for path in (src / "hpcvar").rglob("*.py"):
+        parts = path.relative_to(src).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        modules[name] = path
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        edges = set()
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[:len(package.split(".")) - node.level + 1]
+                    base = ".".join(up + ([base] if base else []))
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+            else:
+                continue
+            edges |= {t for t in targets if t in modules and t != name}
+        graph[name] = edges
+    return graph
+
+
+def test_the_import_graph_has_no_cycle():
+    """Module-level imports between hpcvar's modules form no cycle (a package's __init__ counts as
+    the package), so every module can be read, and changed, after the ones it builds on."""
+    from graphlib import CycleError, TopologicalSorter
+
+    graph = module_imports()
+    assert len(graph) > 90 and "hpcvar.analyses.assemble" in graph
+    try:
+        order = list(TopologicalSorter(graph).static_order())
+    except CycleError as exc:
+        pytest.fail(f"import cycle: {' -> '.join(exc.args[1])}")
+    # Lower layers first: settings and results before the analyses, the analyses before the CLI.
+    position = {m: i for i, m in enumerate(order)}
+    assert position["hpcvar.settings"] < position["hpcvar.results.forecast"] < position["hpcvar.analyses.forecast"]
+    assert position["hpcvar.analyses.registry"] < position["hpcvar.analyses.assemble"]

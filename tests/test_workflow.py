@@ -16,28 +16,105 @@ def test_lint_is_clean():
     assert out.returncode == 0 and "Congratulations" in out.stdout + out.stderr, out.stdout + out.stderr
 
 
-def test_one_rule_runs_every_analysis_of_the_registry():
-    """The workflow takes its analyses from the registry: one `analysis` job per entry, each
-    waiting for the analyses it reads (explain: deviation, neighbourhood), forecast for the truth."""
-    from hpcvar.analyses.registry import ANALYSES
-
-    out = snakemake("-n", "--quiet", "rules")
-    assert out.returncode == 0, out.stderr[-3000:]
-    counts = dict(line.split() for line in out.stdout.splitlines() if len(line.split()) == 2
-                  and line.split()[1].isdigit())
-    assert int(counts["analysis"]) == len(ANALYSES)
-    dag = snakemake("--dag")
-    assert dag.returncode == 0, dag.stderr[-3000:]
+def _dag(*args, cwd=None) -> tuple[dict, set]:
+    """The workflow's DAG: node -> label, and the edges."""
     import re
 
+    dag = snakemake("--dag", *args, **({"cwd": cwd} if cwd else {}))
+    assert dag.returncode == 0, dag.stderr[-3000:]
     label = {m[1]: m[2] for m in re.finditer(r'(\d+)\[label = "([^"]+)"', dag.stdout)}
-    node = {text.split("analysis: ")[1]: n for n, text in label.items() if text.startswith("analysis\\n")}
+    return label, set(re.findall(r"(\d+) -> (\d+)", dag.stdout))
+
+
+def _rule_counts(*args) -> dict[str, int]:
+    out = snakemake("-n", "--quiet", "rules", *args)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return {line.split()[0]: int(line.split()[1]) for line in out.stdout.splitlines()
+            if len(line.split()) == 2 and line.split()[1].isdigit()}
+
+
+def _wildcards(text: str) -> dict[str, str]:
+    return dict(f.split(": ", 1) for f in text.split("\\n")[1:] if ": " in f)
+
+
+def test_one_rule_runs_every_analysis_of_the_registry():
+    """The workflow takes its analyses from the registry: one `analysis` job per entry (fan_out:
+    analysis, the default), each waiting for the analyses it reads (explain: deviation,
+    neighbourhood), forecast for the truth."""
+    from hpcvar.analyses.registry import ANALYSES
+
+    assert _rule_counts()["analysis"] == len(ANALYSES)
+    label, edges = _dag()
+    node = {_wildcards(text)["analysis"]: n for n, text in label.items() if text.startswith("analysis\\n")}
     assert set(node) == set(ANALYSES)
-    edges = set(re.findall(r"(\d+) -> (\d+)", dag.stdout))
     for name, analysis in ANALYSES.items():
-        before = {label[a].split("\\n")[0] if a not in node.values() else label[a].split("analysis: ")[1]
+        before = {label[a].split("\\n")[0] if a not in node.values() else _wildcards(label[a])["analysis"]
                   for a, b in edges if b == node[name]}
         assert before == {"collate", *analysis.reads, *(["simulate"] if analysis.takes_truth else [])}, (name, before)
+
+
+def test_fanned_out_analyses_wait_on_the_collate_checkpoint():
+    """fan_out: dataset, before collation: the datasets are unknown, so one `analysis` job per
+    registry entry waits on the collate checkpoint; its parts are planned once it has run."""
+    from hpcvar.analyses.registry import ANALYSES
+
+    counts = _rule_counts("--config", "fan_out=dataset")
+    assert counts["analysis"] == len(ANALYSES) and "analysis_part" not in counts
+    label, edges = _dag("--config", "fan_out=dataset")
+    node = {_wildcards(text)["analysis"]: n for n, text in label.items() if text.startswith("analysis\\n")}
+    collate = next(n for n, text in label.items() if text.startswith("collate"))
+    assert set(node) == set(ANALYSES) and all((collate, n) in edges for n in node.values())
+
+
+@pytest.mark.slow
+def test_fanned_out_per_dataset_the_analyses_write_the_same_summaries(main_job, tmp_path):
+    """fan_out: dataset on the main job's copy: per (analysis, dataset) one `analysis_part` job,
+    each after the analyses it reads and, for forecast, the truth; per analysis one `analysis`
+    job after its parts. What they assemble is what one job per analysis wrote (the MLflow ids
+    aside), and each part's log is kept."""
+    import json
+    import shutil
+
+    from hpcvar.analyses.registry import ANALYSES
+    from hpcvar.dataset import Dataset
+
+    copy = tmp_path / "wf"
+    shutil.copytree(main_job.workdir, copy, symlinks=True)
+    # A store of its own (the copied one's experiments keep their artifacts in the original).
+    (copy / "results" / "mlflow.db").unlink()
+    shutil.rmtree(copy / "results" / "mlartifacts")
+    names = set(Dataset(copy / "results" / "dataset").read("runs")["dataset"].unique())
+    label, edges = _dag("--config", "fan_out=dataset", cwd=copy)
+    parts = {(_wildcards(t)["analysis"], _wildcards(t)["dataset"]): n for n, t in label.items()
+             if t.startswith("analysis_part\\n")}
+    assert set(parts) == {(a, d) for a in ANALYSES for d in names}
+    # Each analysis's parts lead to one `analysis` job of its own (its label names no wildcard).
+    assembly = {n for n, t in label.items() if t.split("\\n")[0] == "analysis"}
+    assembled = {}
+    for (name, dataset), n in parts.items():
+        after = {b for a, b in edges if a == n and b in assembly}
+        assert len(after) == 1, (name, dataset, after)
+        assert assembled.setdefault(name, after.pop()) in {b for a, b in edges if a == n}
+    assert len(set(assembled.values())) == len(ANALYSES)
+    for (name, dataset), n in parts.items():
+        of = {v: k for k, v in assembled.items()}
+        before = {of[a] if a in of else label[a].split("\\n")[0] for a, b in edges if b == n}
+        assert before == {"collate", *ANALYSES[name].reads, *(["simulate"] if ANALYSES[name].takes_truth else [])}
+    out = snakemake("--cores", "2", "--config", "fan_out=dataset", cwd=copy)
+    assert out.returncode == 0, out.stderr[-3000:]
+
+    def stable(doc):
+        if isinstance(doc, dict):
+            return {k: stable(v) for k, v in doc.items() if k not in ("run_id", "runs", "experiment_id")}
+        return [stable(v) for v in doc] if isinstance(doc, list) else doc
+
+    for name in ANALYSES:
+        one = json.loads((main_job.results / "analyses" / name / "summary.json").read_text())
+        fanned = json.loads((copy / "results" / "analyses" / name / "summary.json").read_text())
+        assert stable(json.loads(json.dumps(one).replace(str(main_job.workdir), str(copy)))) == stable(fanned), name
+        for dataset in names:
+            assert (copy / "results" / "analyses" / name / "parts" / f"{dataset}.json").is_file()
+            assert (copy / "results" / "logs" / name / f"{dataset}.log").is_file()
 
 
 def test_invalid_config_is_rejected_with_the_key():

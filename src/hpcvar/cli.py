@@ -124,10 +124,12 @@ def cmd_analysis(a) -> int:
         settings = analysis.settings.from_mapping(config, a.config or "the --set options")
     except SettingsError as exc:
         raise SystemExit(f"hpcvar {a.cmd}: {exc}") from None
-    result = analysis.module.run(a.dataset, a.out, settings, **({"truth": a.truth} if analysis.takes_truth else {}))
+    result = analysis.module.run(a.dataset, a.out, settings, only=a.only,
+                                 **({"truth": a.truth} if analysis.takes_truth else {}))
     from hpcvar import tracking
 
-    print(f"{a.cmd}: {len(result.datasets)} datasets -> {Path(a.out) / 'summary.json'} "
+    written = Path(a.out) / ("parts/" + f"{a.only}.json" if a.only else "summary.json")
+    print(f"{a.cmd}: {len(result.datasets)} datasets -> {written} "
           f"(MLflow: {tracking.tracking_uri(a.dataset)}, experiment {tracking.experiment(a.cmd)})")
     return 0
 
@@ -165,16 +167,31 @@ def cmd_explain(a) -> int:
         if a.run_id is None:
             if not a.out:
                 raise SystemExit("hpcvar explain: name a RUN_ID, or --out DIR to explain every run")
-            result = explain.run(a.dataset, a.out, settings, a.analyses)
+            result = explain.run(a.dataset, a.out, settings, a.analyses, only=a.only)
             for d in result.datasets.values():
                 print(d.finding)
-            print(f"explain: {len(result.datasets)} datasets -> {Path(a.out) / 'summary.json'}")
+            written = Path(a.out) / ("parts/" + f"{a.only}.json" if a.only else "summary.json")
+            print(f"explain: {len(result.datasets)} datasets -> {written}")
             return 0
         e = explain.explain_run(explain.Context(a.dataset, a.analyses, settings), a.run_id)
     except (explain.ExplainError, SettingsError) as exc:
         print(f"hpcvar explain: {exc}", file=sys.stderr)
         return 2
     print(json.dumps(e.model_dump(mode="json"), indent=1) if a.json else explain.render(e))
+    return 0
+
+
+def cmd_assemble(a) -> int:
+    from hpcvar.analyses.assemble import assemble
+    from hpcvar.results import ResultError
+
+    try:
+        result = assemble(a.analysis, a.out, a.parts)
+    except ResultError as exc:
+        print(f"hpcvar assemble: {exc}", file=sys.stderr)
+        return 2
+    print(f"assemble: {a.analysis}: {len(a.parts)} parts, {len(result.datasets)} datasets -> "
+          f"{Path(a.out) / 'summary.json'}")
     return 0
 
 
@@ -431,6 +448,9 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                        help="override one setting, e.g. --set folds=5 (value is YAML; repeatable); settings: "
                             f"{', '.join(analysis.settings.model_fields)} (defaults and meaning: docs/settings.md)")
+        s.add_argument("--only", metavar="NAME",
+                       help="analyse this dataset alone and write OUT/parts/NAME.json (the workflow's fan-out: one "
+                            "job per dataset; `hpcvar assemble` merges the parts into OUT/summary.json)")
         if analysis.takes_truth:
             s.add_argument("--truth", metavar="TRUTH_JSON",
                            help="the simulator's truth.json: its oracle's error (truth_oracle.parquet beside it) is "
@@ -492,7 +512,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override one setting (value is YAML; repeatable); settings: "
                         f"{', '.join(ANALYSES['explain'].settings.model_fields)} (defaults and meaning: docs/settings.md)")
+    s.add_argument("--only", metavar="NAME",
+                   help="analyse this dataset alone and write OUT/parts/NAME.json (the workflow's fan-out: one "
+                        "job per dataset; `hpcvar assemble` merges the parts into OUT/summary.json)")
     s.set_defaults(func=cmd_explain)
+
+    s = sub.add_parser("assemble", help="merge one analysis's per-dataset parts into its summary.json",
+                       description="The workflow runs each (analysis, dataset) as its own job (`--only NAME`, "
+                                   "OUT/parts/NAME.json); this writes OUT/summary.json from the parts, as one run over "
+                                   "every dataset would.")
+    s.add_argument("analysis", choices=list(ANALYSES))
+    s.add_argument("parts", nargs="+", metavar="PART", help="OUT/parts/<dataset>.json files")
+    s.add_argument("--out", required=True, help="the analysis's output directory")
+    s.set_defaults(func=cmd_assemble)
 
     s = sub.add_parser("report", help="write the self-contained HTML report for facility staff",
                        description="One HTML file (figures inline, works offline) from the dataset and the "

@@ -5,34 +5,88 @@
 # check (compare) from `compare:`.
 
 
-# One rule for every analysis of the registry (src/hpcvar/analyses/registry.py): `hpcvar
-# <analysis> DATASET --out DIR` with its settings, after the analyses it builds on (explain reads
-# deviation's and neighbourhood's outputs) and, for forecast, the simulator's truth (its oracle's
-# error beside the models'). A site profile sets its resources under the rule's name, `analysis`.
-rule analysis:
-    input:
-        collated=COLLATED,
-        reads=lambda wildcards: [f"{RESULTS}/analyses/{r}/summary.json" for r in ANALYSES[wildcards.analysis].reads],
-        truth=lambda wildcards: [TRUTH] if TRUTH and ANALYSES[wildcards.analysis].takes_truth else [],
-    output:
-        summary=f"{RESULTS}/analyses/{{analysis}}/summary.json",
-    wildcard_constraints:
-        analysis="|".join(ANALYSES),
-    params:
-        hpcvar=HPCVAR,
-        dataset=lambda wildcards, input: os.path.dirname(input.collated),
-        out=lambda wildcards, output: os.path.dirname(output.summary),
-        settings=lambda wildcards: analysis_settings(wildcards.analysis),
-        inputs=lambda wildcards, input: " ".join(
-            ([f"--analyses {os.path.dirname(os.path.dirname(input.reads[0]))}"] if input.reads else [])
-            + ([f"--truth {input.truth}"] if input.truth else [])),
-    log:
-        f"{RESULTS}/logs/{{analysis}}.log",
-    conda:
-        "../envs/hpcvar.yaml"
-    shell:
-        "{params.hpcvar} {wildcards.analysis} {params.dataset} --out {params.out} {params.inputs} {params.settings}"
-        " > {log} 2>&1"
+# Every analysis of the registry (src/hpcvar/analyses/registry.py), after the analyses it builds
+# on (explain reads deviation's and neighbourhood's summaries) and, for forecast, the simulator's
+# truth (its oracle's error beside the models'), by `hpcvar <analysis> DATASET`, with its
+# settings. The config's fan_out decides the jobs:
+# - analysis (the default): one job per analysis over every dataset;
+# - dataset (profiles/slurm): one job per (analysis, dataset), `--only NAME` (the dataset's
+#   tables, figures and MLflow run, and its part of the result, OUT/parts/NAME.json), then
+#   `hpcvar assemble` merges the parts into the same summary.json, so a cluster spreads the
+#   forecaster's datasets, the heaviest jobs, over nodes. The datasets are known once collation
+#   has run (`collate` is a checkpoint: analysed_datasets in common.smk).
+# A site profile sets resources under the rules' names: `analysis` (and `analysis_part`).
+
+
+if config["fan_out"] == "analysis":
+
+    rule analysis:
+        input:
+            collated=COLLATED,
+            reads=lambda wildcards: [f"{RESULTS}/analyses/{r}/summary.json" for r in ANALYSES[wildcards.analysis].reads],
+            truth=lambda wildcards: [TRUTH] if TRUTH and ANALYSES[wildcards.analysis].takes_truth else [],
+        output:
+            summary=f"{RESULTS}/analyses/{{analysis}}/summary.json",
+        wildcard_constraints:
+            analysis="|".join(ANALYSES),
+        params:
+            hpcvar=HPCVAR,
+            dataset=lambda wildcards, input: os.path.dirname(input.collated),
+            out=lambda wildcards, output: os.path.dirname(output.summary),
+            settings=lambda wildcards: analysis_settings(wildcards.analysis),
+            inputs=analysis_inputs,
+        log:
+            f"{RESULTS}/logs/{{analysis}}.log",
+        conda:
+            "../envs/hpcvar.yaml"
+        shell:
+            "{params.hpcvar} {wildcards.analysis} {params.dataset} --out {params.out} {params.inputs} {params.settings}"
+            " > {log} 2>&1"
+
+else:
+
+    rule analysis_part:
+        input:
+            collated=COLLATED,
+            reads=lambda wildcards: [f"{RESULTS}/analyses/{r}/summary.json" for r in ANALYSES[wildcards.analysis].reads],
+            truth=lambda wildcards: [TRUTH] if TRUTH and ANALYSES[wildcards.analysis].takes_truth else [],
+        output:
+            part=f"{RESULTS}/analyses/{{analysis}}/parts/{{dataset}}.json",
+        wildcard_constraints:
+            analysis="|".join(ANALYSES),
+            dataset="[^/]+",
+        params:
+            hpcvar=HPCVAR,
+            dataset=lambda wildcards, input: os.path.dirname(input.collated),
+            out=lambda wildcards, output: os.path.dirname(os.path.dirname(output.part)),
+            settings=lambda wildcards: analysis_settings(wildcards.analysis),
+            inputs=analysis_inputs,
+        log:
+            f"{RESULTS}/logs/{{analysis}}/{{dataset}}.log",
+        conda:
+            "../envs/hpcvar.yaml"
+        shell:
+            "{params.hpcvar} {wildcards.analysis} {params.dataset} --out {params.out} --only {wildcards.dataset:q}"
+            " {params.inputs} {params.settings} > {log} 2>&1"
+
+
+    rule analysis:
+        input:
+            parts=lambda wildcards: expand(f"{RESULTS}/analyses/{wildcards.analysis}/parts/{{dataset}}.json",
+                                           dataset=analysed_datasets(wildcards)),
+        output:
+            summary=f"{RESULTS}/analyses/{{analysis}}/summary.json",
+        wildcard_constraints:
+            analysis="|".join(ANALYSES),
+        params:
+            hpcvar=HPCVAR,
+            out=lambda wildcards, output: os.path.dirname(output.summary),
+        log:
+            f"{RESULTS}/logs/{{analysis}}.log",
+        conda:
+            "../envs/hpcvar.yaml"
+        shell:
+            "{params.hpcvar} assemble {wildcards.analysis} --out {params.out} {input.parts:q} > {log} 2>&1"
 
 
 rule compare:

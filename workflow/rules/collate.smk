@@ -1,8 +1,9 @@
 # Collation appends the raw runs not yet in the dataset (runs are immutable, so what was collated
 # stays as it is). The output is collate's record of what it added, not the dataset directory,
 # which Snakemake would empty before every run. A simulated campaign is written anew as a whole,
-# so with the simulator the dataset is rebuilt (--rebuild) rather than appended to.
-rule collate:
+# so with the simulator the dataset is rebuilt (--rebuild) rather than appended to. A checkpoint:
+# the analyses fan out over the datasets it wrote (analyses.smk).
+checkpoint collate:
     input:
         unpack(collate_input),
     output:

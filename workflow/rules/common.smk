@@ -45,6 +45,21 @@ def set_options(values):
     return " ".join(shlex.quote(f"--set={k}={json.dumps(v)}") for k, v in values.items())
 
 
+def analysed_datasets(wildcards):
+    """The collated dataset's names, once the collate checkpoint has run: the analyses fan out
+    over them (one job per analysis and dataset, analyses.smk)."""
+    checkpoints.collate.get()
+    from hpcvar.dataset import Dataset
+
+    return sorted(Dataset(DATASET).read("runs")["dataset"].dropna().unique())
+
+
+def analysis_inputs(wildcards, input):
+    """The analyses an analysis reads (--analyses DIR) and the simulator's truth (--truth)."""
+    return " ".join(([f"--analyses {os.path.dirname(os.path.dirname(input.reads[0]))}"] if input.reads else [])
+                    + ([f"--truth {input.truth}"] if input.truth else []))
+
+
 def analysis_settings(name, **extra):
     """The analysis's config section as `--set` options."""
     return set_options({**config["analyses"][name], **{k: v for k, v in extra.items() if v is not None}})

@@ -28,9 +28,10 @@ def load(dataset_dir: str | Path, tables=("runs", "steps", "step_counters", "sys
     return data
 
 
-def datasets(runs: pd.DataFrame, min_runs: int = 2) -> list[str]:
+def datasets(runs: pd.DataFrame, min_runs: int = 2, only: str | None = None) -> list[str]:
+    """The datasets with ``min_runs`` runs or more, by name; with ``only``, that one alone (if it has)."""
     counts = runs.groupby("dataset").size()
-    return sorted(counts.index[counts >= min_runs])
+    return sorted(d for d in counts.index[counts >= min_runs] if only is None or d == only)
 
 
 def step_frame(data: dict, dataset: str) -> pd.DataFrame:

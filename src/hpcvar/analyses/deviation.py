@@ -157,8 +157,8 @@ def _figure(relevance: pd.DataFrame, name: str, path: Path) -> Path:
     return savefig(fig, path)
 
 
-def run(dataset_dir: str | Path, out_dir: str | Path,
-        config: DeviationSettings | dict | None = None) -> DeviationResult:
+def run(dataset_dir: str | Path, out_dir: str | Path, config: DeviationSettings | dict | None = None,
+        only: str | None = None) -> DeviationResult:
     """Counter relevance per dataset (:class:`~hpcvar.settings.DeviationSettings`, or a mapping of
     them); writes ``out_dir/summary.json`` and the tables and figures, logs to MLflow, returns the
     result."""
@@ -167,7 +167,7 @@ def run(dataset_dir: str | Path, out_dir: str | Path,
     data = load(dataset_dir)
     found: dict[str, DeviationDataset] = {}
     fitted = {}
-    for name in datasets(data["runs"], s.min_runs):
+    for name in datasets(data["runs"], s.min_runs, only):
         frame = step_frame(data, name)
         counters = feature_columns(frame, "job")
         if not counters:
@@ -199,7 +199,7 @@ def run(dataset_dir: str | Path, out_dir: str | Path,
         fitted[name] = (frame, x_all[selected], final.estimator_, cv)
     result = DeviationResult(params=s, paper_mape=PAPER_MAPE, datasets=found)
     result.mlflow = MLflowRuns.model_validate(_log(dataset_dir, out_dir, s, fitted, result))
-    result.write(out_dir)
+    result.write(out_dir, only)
     return result
 
 

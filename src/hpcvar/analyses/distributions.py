@@ -326,8 +326,8 @@ def by_condition(name: str, ds_runs: pd.DataFrame, lat: pd.DataFrame, settings: 
             "spearman_b_p95": spearman, "groups": rows, "table": Conditions.TABLE, "unit": unit}
 
 
-def run(dataset_dir: str | Path, out_dir: str | Path,
-        config: DistributionsSettings | dict | None = None) -> DistributionsResult:
+def run(dataset_dir: str | Path, out_dir: str | Path, config: DistributionsSettings | dict | None = None,
+        only: str | None = None) -> DistributionsResult:
     """The ``hpcvar distributions`` analysis: per dataset, distributions of step times and run
     times (application datasets) or of every microbenchmark operation, its per-cycle minima and
     Confidence's histograms (microbenchmark datasets), with the settings
@@ -341,7 +341,7 @@ def run(dataset_dir: str | Path, out_dir: str | Path,
     data = load(dataset_dir, tables=("runs", "steps", "latency", "latency_histograms"))
     runs, steps, latency, hists = data["runs"], data["steps"], data["latency"], data["latency_histograms"]
     summary: dict = {"analysis": "distributions", "params": settings, "datasets": {}}
-    for name in datasets(runs, settings.min_runs):
+    for name in datasets(runs, settings.min_runs, only):
         ds_runs = runs[runs["dataset"] == name]
         d = out_dir / DistributionsResult.dataset_dir(name)
         d.mkdir(parents=True, exist_ok=True)
@@ -359,7 +359,7 @@ def run(dataset_dir: str | Path, out_dir: str | Path,
         print(f"distributions: {name}: {len(ds_runs)} runs ({entry['kind']})", file=sys.stderr, flush=True)
     result = DistributionsResult.build(summary)
     result.mlflow = MLflowRuns.model_validate(_log(dataset_dir, out_dir, settings, runs, steps, latency, result))
-    result.write(out_dir)
+    result.write(out_dir, only)
     return result
 
 

@@ -742,13 +742,13 @@ def _findings(name: str, runs: pd.DataFrame, table: pd.DataFrame, explained: dic
 
 
 def run(dataset_dir: str | Path, out_dir: str | Path, config: dict | ExplainSettings | None = None,
-        analyses_dir: str | Path | None = None) -> ExplainResult:
+        analyses_dir: str | Path | None = None, only: str | None = None) -> ExplainResult:
     """Every run of every dataset explained: ``out_dir/<dataset>/runs.csv`` (one line per run) and
     ``summary.json`` (per dataset, the findings and the slowest runs explained in full)."""
     ctx = Context(dataset_dir, analyses_dir, config)
     out_dir = Path(out_dir)
     datasets = {}
-    names = sorted(ctx.runs["dataset"].unique())
+    names = sorted(d for d in ctx.runs["dataset"].unique() if only is None or d == only)
     bar = Progress("explain", int(ctx.runs["dataset"].isin(names).sum()))
     for name in names:
         runs = ctx.dataset_runs(name)
@@ -774,5 +774,5 @@ def run(dataset_dir: str | Path, out_dir: str | Path, config: dict | ExplainSett
         datasets[name] = _findings(name, runs, table, explained, ctx.settings)
         print(f"explain: {datasets[name].finding}", file=sys.stderr, flush=True)
     result = ExplainResult(params=ctx.settings, datasets=datasets, missing=ctx.missing)
-    result.write(out_dir)
+    result.write(out_dir, only)
     return result

@@ -823,7 +823,7 @@ def torch_threads(n: int):
 
 
 def run(dataset_dir: str | Path, out_dir: str | Path, config: ForecastSettings | dict | None = None,
-        truth: str | Path | None = None) -> ForecastResult:
+        truth: str | Path | None = None, only: str | None = None) -> ForecastResult:
     """Forecast every dataset of ``dataset_dir``; writes ``out_dir/summary.json`` and returns it.
     ``truth``: the simulator's truth.json (an input, not a setting), whose oracle's error
     (``truth_oracle.parquet`` beside it) is reported beside the models'."""
@@ -836,6 +836,8 @@ def run(dataset_dir: str | Path, out_dir: str | Path, config: ForecastSettings |
               for train, long in pairs.items() if train not in names]
     if truth and oracle is None:
         notes.append(f"no oracle: {Path(truth).with_name('truth_oracle.parquet')} not found")
+    # One dataset's part (with its long run, if it trains one): the notes stay the campaign's.
+    names = [n for n in names if only is None or n == only]
     results = {}
     with torch_threads(settings.threads):
         for name in names:
@@ -860,5 +862,5 @@ def run(dataset_dir: str | Path, out_dir: str | Path, config: ForecastSettings |
                             "mlflow": {"tracking_uri": uri, "experiment_id": experiment_id,
                                        "runs": {n: r.summary["mlflow"]["run_id"] for n, r in results.items()}},
                             "datasets": {name: res.summary for name, res in results.items()}, "notes": notes})
-    summary.write(out_dir)
+    summary.write(out_dir, only)
     return summary

@@ -121,8 +121,8 @@ def plot_top_users(table: pd.DataFrame, dataset: str, top_k: int, path: Path) ->
     return savefig(fig, path)
 
 
-def run(dataset_dir: str | Path, out_dir: str | Path,
-        config: NeighbourhoodSettings | dict | None = None) -> NeighbourhoodResult:
+def run(dataset_dir: str | Path, out_dir: str | Path, config: NeighbourhoodSettings | dict | None = None,
+        only: str | None = None) -> NeighbourhoodResult:
     """Both rankings per dataset (:class:`~hpcvar.settings.NeighbourhoodSettings`, or a mapping of
     them); writes ``out_dir/summary.json`` and the tables and figures, logs to MLflow, returns the
     result."""
@@ -133,7 +133,7 @@ def run(dataset_dir: str | Path, out_dir: str | Path,
     runs, neigh = data["runs"], data["neighbourhood"]
     tables: dict[str, pd.DataFrame] = {}
     found: dict[str, NeighbourhoodDataset] = {}
-    for name in datasets(runs, s.min_runs):
+    for name in datasets(runs, s.min_runs, only):
         ds_runs = runs[runs["dataset"] == name]
         table = ranking(ds_runs, neigh, s.threshold_nodes, s.tau)
         tables[name] = table
@@ -152,11 +152,21 @@ def run(dataset_dir: str | Path, out_dir: str | Path,
         print(f"neighbourhood: {name}: {len(ds_runs)} runs, {len(qualified)} users with jobs > "
               f"{s.threshold_nodes} nodes, {len(table)} users alongside", file=sys.stderr, flush=True)
     cross = cross_dataset(tables, s.top_k)
-    cross.to_csv(out_dir / NeighbourhoodResult.CROSS_DATASET_TABLE, index=False)
+    if only is None:  # one dataset's part: the assembly draws the table over all (:func:`assemble`)
+        cross.to_csv(out_dir / NeighbourhoodResult.CROSS_DATASET_TABLE, index=False)
     result = NeighbourhoodResult(params=s, datasets=found, cross_dataset=_records(cross))
     result.mlflow = MLflowRuns.model_validate(_log(dataset_dir, out_dir, s, runs, neigh, tables, result))
-    result.write(out_dir)
+    result.write(out_dir, only)
     return result
+
+
+def assemble(result: NeighbourhoodResult, out_dir: Path) -> NeighbourhoodResult:
+    """The parts merged (:mod:`hpcvar.analyses.assemble`): Table III over every dataset's ranking."""
+    tables = {name: pd.read_csv(out_dir / NeighbourhoodDataset.ranking_table(name), dtype={"user": str})
+              for name in result.datasets}
+    cross = cross_dataset(tables, result.params.top_k)
+    cross.to_csv(out_dir / NeighbourhoodResult.CROSS_DATASET_TABLE, index=False)
+    return NeighbourhoodResult.build({**result.dump(), "cross_dataset": _records(cross)})
 
 
 def _log(dataset_dir, out_dir: Path, s: NeighbourhoodSettings, runs, neigh, tables,

@@ -17,6 +17,12 @@ import importlib
 from dataclasses import dataclass
 from types import ModuleType
 
+from hpcvar.results import Result
+from hpcvar.results.deviation import DeviationResult
+from hpcvar.results.distributions import DistributionsResult
+from hpcvar.results.explain import ExplainResult
+from hpcvar.results.forecast import ForecastResult
+from hpcvar.results.neighbourhood import NeighbourhoodResult
 from hpcvar.settings import (DeviationSettings, DistributionsSettings, ExplainSettings, ForecastSettings,
                              NeighbourhoodSettings, Settings)
 
@@ -27,6 +33,8 @@ class Analysis:
     #: One line for ``hpcvar --help`` and the workflow's documentation.
     help: str
     settings: type[Settings]
+    #: What its ``summary.json`` holds (:mod:`hpcvar.results`).
+    result: type[Result]
     #: Analyses whose outputs it reads (``--analyses DIR``; the workflow waits for them).
     reads: tuple[str, ...] = ()
     #: It reports the simulator's oracle beside its models when given ``--truth`` (a rule input).
@@ -42,13 +50,13 @@ class Analysis:
 #: In report order.
 ANALYSES: dict[str, Analysis] = {a.name: a for a in (
     Analysis("neighbourhood", "rank users whose concurrent large jobs go with slow runs (mutual information, Pearson)",
-             NeighbourhoodSettings),
+             NeighbourhoodSettings, NeighbourhoodResult),
     Analysis("deviation", "rank counters explaining per-step deviations (LightGBM + RFE in grouped CV)",
-             DeviationSettings),
+             DeviationSettings, DeviationResult),
     Analysis("forecast", "forecast the next k steps from the last m (attention model vs baselines)", ForecastSettings,
-             takes_truth=True),
+             ForecastResult, takes_truth=True),
     Analysis("distributions", "PDFs/CDFs, modes (dip test) and cycle minima of step times and latencies (Confidence)",
-             DistributionsSettings),
+             DistributionsSettings, DistributionsResult),
     Analysis("explain", "why was this run slow? its slowdown split into causes, with the evidence", ExplainSettings,
-             reads=("deviation", "neighbourhood"), tracked=False),
+             ExplainResult, reads=("deviation", "neighbourhood"), tracked=False),
 )}

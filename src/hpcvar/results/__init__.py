@@ -27,6 +27,10 @@ from hpcvar.fileio import atomic_write_json
 SUMMARY = "summary.json"
 
 
+#: Where an analysis run on one dataset (``--only``) writes its result, under its output directory.
+PARTS = "parts"
+
+
 class ResultError(ValueError):
     """A ``summary.json`` that is not what this version of the analysis writes."""
 
@@ -74,10 +78,13 @@ class Result(Record):
     def dump(self) -> dict:
         return self.model_dump(mode="json", exclude_unset=True)
 
-    def write(self, out_dir: str | Path) -> Path:
+    def write(self, out_dir: str | Path, part: str | None = None) -> Path:
+        """``out_dir/summary.json``; with ``part`` (a dataset analysed alone, one job of the
+        workflow's fan-out), ``out_dir/parts/<part>.json``, which :mod:`hpcvar.analyses.assemble`
+        merges into the summary."""
         out_dir = Path(out_dir)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        path = out_dir / SUMMARY
+        path = out_dir / PARTS / f"{part}.json" if part else out_dir / SUMMARY
+        path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_json(path, self.dump())
         self._dir = out_dir
         return path
