@@ -312,3 +312,48 @@ def testbed():
     down = subprocess.run([sys.executable, "-m", "hpcvar", "dev", "slurm", "down"], capture_output=True, text=True,
                           timeout=300, stdin=subprocess.DEVNULL)
     assert down.returncode == 0, down.stdout + down.stderr
+
+
+# --- tests that need the whole machine ----------------------------------------------------------
+
+def _machine_lock() -> Path:
+    """One lock file per test session, shared by its xdist workers."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID", f"pid{os.getpid()}")
+    return Path(os.environ.get("TMPDIR", "/tmp")) / f"hpcvar-pytest-machine-{run}.lock"
+
+
+class machine:
+    """``with machine(exclusive=True)``: no other test of the session runs meanwhile (the other
+    xdist worker waits); every other test holds the lock shared (:func:`_share_the_machine`).
+    For measurements a second test's CPU load would distort: the testbed campaign's planted
+    causes are read from run times on two CPUs, and a busy neighbouring test is a CPU hog the
+    campaign's truth does not know."""
+
+    def __init__(self, exclusive: bool):
+        import fcntl
+
+        self.mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+
+    def __enter__(self):
+        import fcntl
+
+        self.fh = open(_machine_lock(), "a")  # noqa: SIM115 (held across the with block)
+        fcntl.flock(self.fh, self.mode)
+        return self
+
+    def __exit__(self, *exc):
+        import fcntl
+
+        fcntl.flock(self.fh, fcntl.LOCK_UN)
+        self.fh.close()
+
+
+@pytest.fixture(autouse=True)
+def _share_the_machine(request):
+    """Every test shares the machine, except those marked ``whole_machine`` (their module holds
+    it exclusively: ``with machine(exclusive=True)``)."""
+    if request.node.get_closest_marker("whole_machine"):
+        yield
+        return
+    with machine(exclusive=False):
+        yield
