@@ -5,6 +5,7 @@ parts that do not belong together are refused, naming the file."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -59,9 +60,9 @@ def test_parts_assemble_into_the_summary_of_one_run(campaign, tmp_path, monkeypa
             assert (tmp_path / "fan" / rel).read_text() == table.read_text(), rel
 
 
-def test_the_command_line_writes_a_part_and_assembles_it(campaign, tmp_path, monkeypatch):
+def test_the_command_line_writes_a_part_and_assembles_it(campaign, tmp_path):
     c = campaign("demo", 3, 2)
-    env = {**__import__("os").environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
     part = hpcvar("distributions", c.dataset, "--out", tmp_path / "d", "--only", "amg-128", env=env)
     assert part.returncode == 0 and "-> " + str(tmp_path / "d" / "parts" / "amg-128.json") in part.stdout, part.stderr
     out = hpcvar("assemble", "distributions", "--out", tmp_path / "d", tmp_path / "d" / "parts" / "amg-128.json")

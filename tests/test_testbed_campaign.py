@@ -19,7 +19,6 @@ import subprocess
 import uuid
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 import yaml

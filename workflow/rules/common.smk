@@ -60,9 +60,9 @@ def analysis_inputs(wildcards, input):
                     + ([f"--truth {input.truth}"] if input.truth else []))
 
 
-def analysis_settings(name, **extra):
+def analysis_settings(name):
     """The analysis's config section as `--set` options."""
-    return set_options({**config["analyses"][name], **{k: v for k, v in extra.items() if v is not None}})
+    return set_options(config["analyses"][name])
 
 
 def compare_windows():
