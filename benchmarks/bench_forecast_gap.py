@@ -41,7 +41,7 @@ LEVELS = ("persistence", "observed", "observed+culprit", "observed+hidden", "ora
 def summaries(x: np.ndarray, names: list[str]) -> np.ndarray:
     """Per window: duration deviation (mean, last 3, last), job counters' log-ratios (mean, last
     3), io/sys rates (mean, last), placement (last)."""
-    from hpcvar.analyses import attention
+    from hpcvar.analyses.forecast import attention
 
     lr = attention.log_ratio(x)
     job = [i for i, n in enumerate(names) if i and not n.startswith(("io_", "sys_", "num_"))]
@@ -58,6 +58,7 @@ def gap(d: Path, name: str, seed: int) -> dict[str, float]:
     from sklearn.linear_model import RidgeCV
 
     from hpcvar.analyses import common, forecast
+    from hpcvar.analyses.forecast import models, windows
     from hpcvar.settings import ForecastSettings
 
     settings = ForecastSettings(seed=seed)
@@ -65,15 +66,15 @@ def gap(d: Path, name: str, seed: int) -> dict[str, float]:
     frame = common.step_frame(data, name)
     fs = forecast.PAPER_FEATURE_SETS[-1]
     columns = forecast.feature_sets_of(frame, [fs])[0][fs]
-    s = forecast.series(frame, name, columns)
+    s = windows.series(frame, name, columns)
     names = ["duration", *columns]
     oracle, _ = forecast.load_oracle(d / "raw" / "truth.json")
     hidden = pd.read_parquet(d / "raw" / "truth_steps.parquet").set_index(["run_id", "step"])
     errors: dict[str, list[np.ndarray]] = {level: [] for level in (*LEVELS, "oracle")}
-    for fold in forecast.make_folds(s, settings.folds, settings.val_fraction, seed):
+    for fold in windows.make_folds(s, settings.folds, settings.val_fraction, seed):
         parts = {}
         for part, runs in (("train", fold.train), ("test", fold.test)):
-            w = forecast.Windows.of(s.lengths, runs, M, K)
+            w = windows.Windows.of(s.lengths, runs, M, K)
             x = w.inputs(fold.dev)
             profile_s = fold.profile.sums(w.t_c, K)
             ids = s.run_ids[w.run]
@@ -93,7 +94,7 @@ def gap(d: Path, name: str, seed: int) -> dict[str, float]:
                 "oracle-as-feature": np.log(orc / profile_s)[:, None]}
         tr, te = parts["train"], parts["test"]
         y = np.log(tr["seconds"] / tr["profile_s"])
-        predictions = {"persistence": forecast.persistence(te["x"], te["profile_s"]), "oracle": te["oracle"]}
+        predictions = {"persistence": models.persistence(te["x"], te["profile_s"]), "oracle": te["oracle"]}
         for level in ("observed", "observed+culprit", "observed+hidden"):
             model = lightgbm.LGBMRegressor(**settings.lgbm.as_dict(), objective="l1", random_state=seed, n_jobs=1, verbose=-1)
             predictions[level] = te["profile_s"] * np.exp(model.fit(tr[level], y).predict(te[level]))

@@ -483,16 +483,16 @@ def test_simulated_latency_by_locality_and_background_traffic(campaign, tmp_path
     assert (mb["locality_dfplus"] == planted.loc[mb.index, "locality_dfplus"]).all()
     cond = by_condition(truth["dataset"], mb.reset_index(), lat[lat["run_id"].isin(mb.index)],
                         DistributionsSettings(), tmp_path)
-    groups = pd.DataFrame(cond["groups"])
-    assert set(cond["runs_by_locality"]) == set(LOCALITY_ORDER)
+    groups = pd.DataFrame([g.model_dump() for g in cond.groups])
+    assert set(cond.runs_by_locality) == set(LOCALITY_ORDER)
     for var, g in groups.groupby("variable"):
         by_loc = g[g["condition"] == "locality"].set_index("group").loc[list(LOCALITY_ORDER)]
         assert by_loc["median"].is_monotonic_increasing and by_loc["p95"].is_monotonic_increasing, var
         by_b = g[g["condition"] == "b"].set_index("group")
         assert by_b.loc["b3", "p99"] > by_b.loc["b1", "p99"], var
-        sp = cond["spearman_b_p95"][var]
-        assert sp["rho"] > 0 and sp["rho_within_locality"] > 0.45 and sp["p_within_locality"] < 0.01, (var, sp)
-    assert cond["b_edges"][0] >= 0 and cond["b_edges"][-1] <= 100
+        sp = cond.spearman_b_p95[var]
+        assert sp.rho > 0 and sp.rho_within_locality > 0.45 and sp.p_within_locality < 0.01, (var, sp)
+    assert cond.b_edges[0] >= 0 and cond.b_edges[-1] <= 100
     written = pd.read_csv(tmp_path / "conditions.csv")
     assert len(written) == len(groups) and (tmp_path / "by_locality_collectives-allreduce-8-B.svg").is_file()
     assert Conditions.figure_file("locality", "collectives allreduce 8 B") == "by_locality_collectives-allreduce-8-B.svg"

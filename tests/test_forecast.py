@@ -12,6 +12,8 @@ import pytest
 
 from conftest import per_seed_group
 from hpcvar.analyses import common, forecast
+from hpcvar.analyses.forecast import windows
+from hpcvar.analyses.forecast.grid import evaluate_cell, long_run, long_series
 from hpcvar.defaults import FORECAST_FEATURE_SETS
 from hpcvar.results.forecast import ForecastResult
 from hpcvar.settings import ForecastSettings, SettingsError
@@ -19,7 +21,7 @@ from hpcvar.settings import ForecastSettings, SettingsError
 # --- small synthetic series -----------------------------------------------------------------------
 
 
-def synthetic(n_runs: int = 6, steps: int = 12, seed: int = 0, lengths=None) -> forecast.Series:
+def synthetic(n_runs: int = 6, steps: int = 12, seed: int = 0, lengths=None) -> windows.Series:
     """Features encode (run, step) so a window's source is readable from its values."""
     rng = np.random.default_rng(seed)
     lengths = np.full(n_runs, steps) if lengths is None else np.asarray(lengths)
@@ -28,12 +30,12 @@ def synthetic(n_runs: int = 6, steps: int = 12, seed: int = 0, lengths=None) -> 
         for t in range(1, lengths[r] + 1):
             rows.append({"run_id": f"run{r}", "step": t, "duration_s": 2.0 + 0.1 * t + rng.normal(0, 0.1),
                          "code": 1000.0 * (r + 1) + t, "noise": rng.lognormal(0, 0.2)})
-    return forecast.series(pd.DataFrame(rows), "synthetic", ["code", "noise"])
+    return windows.series(pd.DataFrame(rows), "synthetic", ["code", "noise"])
 
 
 def test_windows_never_mix_runs():
     s = synthetic(lengths=[12, 9, 12, 5, 12, 10])
-    w = forecast.Windows.of(s.lengths, np.arange(6), m=3, k=4)
+    w = windows.Windows.of(s.lengths, np.arange(6), m=3, k=4)
     code = w.inputs(s.features)[:, :, 0]
     # Every window reads m consecutive steps t_c-m+1..t_c of one run, its own.
     assert (code // 1000 - 1 == w.run[:, None]).all()
@@ -49,7 +51,7 @@ def test_windows_never_mix_runs():
 
 def test_folds_never_share_runs():
     s = synthetic(n_runs=10)
-    folds = forecast.make_folds(s, folds=3, val_fraction=0.2, seed=0)
+    folds = windows.make_folds(s, folds=3, val_fraction=0.2, seed=0)
     assert len(folds) == 3
     tested = np.concatenate([f.test for f in folds])
     assert sorted(tested) == list(range(10))  # every run held out exactly once
@@ -59,18 +61,18 @@ def test_folds_never_share_runs():
         assert set(f.fit) | set(f.val) | set(f.test) == set(range(10))
         assert len(f.val) >= 1  # early stopping has whole runs of its own
     # Folds are capped by the number of runs.
-    assert len(forecast.make_folds(synthetic(n_runs=2), folds=3, val_fraction=0.2, seed=0)) == 2
+    assert len(windows.make_folds(synthetic(n_runs=2), folds=3, val_fraction=0.2, seed=0)) == 2
 
 
 def test_means_come_from_training_folds_only():
     s = synthetic(n_runs=9)
-    fold = forecast.make_folds(s, folds=3, val_fraction=0.2, seed=0)[0]
+    fold = windows.make_folds(s, folds=3, val_fraction=0.2, seed=0)[0]
     np.testing.assert_allclose(fold.profile.duration, s.duration[fold.train].mean(axis=0))
     np.testing.assert_allclose(fold.profile.features, s.features[fold.train].mean(axis=0))
     # Changing the held-out runs changes neither the profile nor the training inputs.
     s.duration[fold.test] *= 10
     s.features[fold.test] *= 10
-    again = forecast.make_folds(s, folds=3, val_fraction=0.2, seed=0)[0]
+    again = windows.make_folds(s, folds=3, val_fraction=0.2, seed=0)[0]
     np.testing.assert_allclose(again.profile.duration, fold.profile.duration)
     np.testing.assert_allclose(again.dev[fold.train], fold.dev[fold.train])
     # The deviations are the paper's mean-centring (common.relative_deviation) on those runs.
@@ -90,9 +92,9 @@ def test_system_counters_are_rates_against_one_mean_rate():
             duration = 1.0 if t <= 2 else 5.0   # warm-up steps are short
             rows.append({"run_id": f"r{r}", "step": t, "duration_s": duration, "io_RT_FLIT_TOT": 100.0 * level * duration,
                          "RT_RB_STL": 10.0 * t})
-    s = forecast.series(pd.DataFrame(rows), "synthetic", ["io_RT_FLIT_TOT", "RT_RB_STL"])
+    s = windows.series(pd.DataFrame(rows), "synthetic", ["io_RT_FLIT_TOT", "RT_RB_STL"])
     assert list(s.rates) == [True, False]
-    p = forecast.Profile.fit(s, np.arange(3))         # runs 0-2 train: mean rate 200 per second
+    p = windows.Profile.fit(s, np.arange(3))         # runs 0-2 train: mean rate 200 per second
     assert p.rate[0] == pytest.approx(200.0) and np.isnan(p.rate[1])
     dev = p.deviations(s)
     np.testing.assert_allclose(dev[:, :, 1], np.array([[-0.5], [0.0], [0.5], [2.0]]) * np.ones((1, 6)))
@@ -103,9 +105,9 @@ def test_neighbour_presence_is_used_as_it_is():
     """A count of running jobs has no per-step trend to remove: 0 stays "nobody there"."""
     rows = [{"run_id": f"r{r}", "step": t, "duration_s": 5.0, "nbr_u1": float((r + t) % 3), "RT_RB_STL": 10.0 * t}
             for r in range(4) for t in range(1, 6)]
-    s = forecast.series(pd.DataFrame(rows), "synthetic", ["nbr_u1", "RT_RB_STL"])
+    s = windows.series(pd.DataFrame(rows), "synthetic", ["nbr_u1", "RT_RB_STL"])
     assert list(s.counts) == [True, False] and not s.rates.any()
-    dev = forecast.Profile.fit(s, np.arange(2)).deviations(s)
+    dev = windows.Profile.fit(s, np.arange(2)).deviations(s)
     np.testing.assert_array_equal(dev[:, :, 1], s.features[:, :, 0])
     with pytest.raises(SettingsError, match=r"feature_sets\.0: Input should be 'job', 'job\+placement'"):
         ForecastSettings.from_mapping({"feature_sets": ["neighbours"]})  # sets are cumulative, from job counters
@@ -130,16 +132,16 @@ def test_neighbours_set_without_sacct_is_skipped_with_a_note():
 
 def test_every_horizon_targets_end_with_the_forecast_target():
     s = synthetic(n_runs=6, steps=14, lengths=[14, 12, 14, 9, 14, 14])
-    fold = forecast.make_folds(s, folds=3, val_fraction=0.2, seed=0)[0]
-    y = forecast.horizon_targets(s, fold, fold.fit, m=3, k=4)
-    part = forecast.Part.of(s, fold, fold.fit, 3, 4)
+    fold = windows.make_folds(s, folds=3, val_fraction=0.2, seed=0)[0]
+    y = windows.horizon_targets(s, fold, fold.fit, m=3, k=4)
+    part = windows.Part.of(s, fold, fold.fit, 3, 4)
     assert y.shape == (len(part.windows), 4)
     np.testing.assert_allclose(y[:, -1], part.log_ratio)
     for j in (1, 2, 3):  # column j-1: the j steps after t_c against the profile's j steps
         want = [np.log(s.duration[r, t:t + j].sum() / fold.profile.duration[t:t + j].sum())
                 for r, t in zip(part.windows.run, part.windows.t_c)]
         np.testing.assert_allclose(y[:, j - 1], want)
-    assert forecast.horizon_targets(s, fold, np.empty(0, int), m=3, k=4).shape == (0, 4)  # no validation runs
+    assert windows.horizon_targets(s, fold, np.empty(0, int), m=3, k=4).shape == (0, 4)  # no validation runs
 
 
 def test_attention_learns_how_a_slow_stretch_fades():
@@ -148,7 +150,7 @@ def test_attention_learns_how_a_slow_stretch_fades():
     gets wrong at every horizon."""
     import torch
 
-    from hpcvar.analyses import attention
+    from hpcvar.analyses.forecast import attention
 
     rng = np.random.default_rng(0)
     c = rng.uniform(0.0, 0.6, 600)
@@ -168,16 +170,16 @@ def test_attention_learns_how_a_slow_stretch_fades():
 
 def test_profile_extends_past_the_training_runs():
     s = synthetic(n_runs=4, steps=10)
-    p = forecast.Profile.fit(s, np.arange(4)).extended(25)
+    p = windows.Profile.fit(s, np.arange(4)).extended(25)
     assert len(p.duration) == 25
     np.testing.assert_allclose(p.duration[10:], s.duration[:, 5:10].mean())
 
 
 def test_cell_with_runs_too_short_is_skipped():
     s = synthetic(n_runs=6, steps=8)
-    folds = forecast.make_folds(s, folds=3, val_fraction=0.2, seed=0)
+    folds = windows.make_folds(s, folds=3, val_fraction=0.2, seed=0)
     settings = ForecastSettings(max_epochs=2)
-    assert forecast.evaluate_cell(s, folds, 5, 4, {"job": [0, 1]}, settings, progress=lambda msg: None) is None
+    assert evaluate_cell(s, folds, 5, 4, {"job": [0, 1]}, settings, progress=lambda msg: None) is None
 
 
 def test_settings_refuse_unknown_keys_and_feature_sets_and_merge_the_grid():
@@ -333,8 +335,8 @@ def test_long_run_reads_the_neighbours_presence(campaign, tmp_path):
                                                  "neighbourhood"))
     frame = forecast.with_neighbours(data, "milc-128", common.step_frame(data, "milc-128"), settings)
     (fs, columns), = forecast.feature_sets_of(frame, settings.feature_sets)[0].items()
-    s = forecast.series(frame, "milc-128", columns)
-    long_s = forecast.long_series(data, "milc-128-long", s, settings)
+    s = windows.series(frame, "milc-128", columns)
+    long_s = long_series(data, "milc-128-long", s, settings)
     assert long_s.feature_names == s.feature_names and len(long_s.run_ids) >= 1
     users = [n[len(common.NEIGHBOUR_PREFIX):] for n in s.feature_names if n.startswith(common.NEIGHBOUR_PREFIX)]
     truth = json.loads((base / "raw" / "truth.json").read_text())
@@ -351,8 +353,9 @@ def test_long_run_reads_the_neighbours_presence(campaign, tmp_path):
     got, want = np.concatenate(got), np.concatenate(want)
     # Seed 0 plants a culprit through both long runs, seed 1 none: present and absent both read back.
     assert np.isclose(got, want).mean() > 0.99
-    result = forecast.long_run(data, "milc-128-long", s, list(range(1 + len(columns))), fs, settings, tmp_path,
-                               progress=lambda msg: None)
+    result, table = long_run(data, "milc-128-long", s, list(range(1 + len(columns))), fs, settings,
+                             progress=lambda msg: None)
+    assert len(table) == result["segments"]
     assert result["feature_set"] == fs and result["segments"] >= (620 - 30) // 40
     assert np.isfinite(result["mape"]) and result["mape"] < result["mape_profile"]
 

@@ -39,9 +39,10 @@ from hpcvar import tracking
 from hpcvar.analyses.common import datasets, load, savefig, subplots
 from hpcvar.analyses.distribution_stats import (TABLE_COLUMNS, cycle_minima, describe, finite_values,
                                                 histogram_from_counts, histogram_summary, histogram_table)
+from hpcvar.results import clean
 from hpcvar.results._common import MLflowRuns
-from hpcvar.results.distributions import (Conditions, DistributionsDataset, DistributionsResult, HistogramSummary,
-                                          Histograms, LatencyGroup)
+from hpcvar.results.distributions import (BinnedDescription, Conditions, DistributionsDataset, DistributionsResult,
+                                          HistogramSummary, Histograms, LatencyGroup)
 from hpcvar.settings import DistributionsSettings
 
 
@@ -130,30 +131,30 @@ def plot_distribution(curves: list[tuple[str, pd.DataFrame]], modes: list[float]
 
 
 def _app_distributions(name: str, ds_runs: pd.DataFrame, steps: pd.DataFrame, settings: DistributionsSettings,
-                       d: Path) -> dict:
-    out: dict = {}
+                       d: Path) -> BinnedDescription | None:
+    """Step times relative to the same step's median over runs (None without steps)."""
     opts = _mode_options(settings)
     steps = steps[steps["run_id"].isin(ds_runs["run_id"])]
     ratios = step_ratios(steps)
     if len(ratios):
         table = histogram_table(ratios, bins="fixed")
         table.to_csv(d / DistributionsDataset.STEP_RATIO_TABLE, index=False)
-        out["step_ratio"] = {**describe(ratios, **opts), "bin_width": table.attrs["width"],
-                             "table": DistributionsDataset.STEP_RATIO_TABLE}
-        plot_distribution([("step time / same step's median", table)],
-                          [m["location"] for m in out["step_ratio"]["modes"]],
+        found = BinnedDescription(**clean({**describe(ratios, **opts), "bin_width": table.attrs["width"],
+                                           "table": DistributionsDataset.STEP_RATIO_TABLE}))
+        plot_distribution([("step time / same step's median", table)], [m.location for m in found.modes],
                           f"{name}: step times relative to the same step's median over runs",
                           "step time / median of the step", d / DistributionsDataset.STEP_RATIO_FIGURE, log=False)
-    return out
+        return found
+    return None
 
 
-def _run_time(name: str, ds_runs: pd.DataFrame, settings: DistributionsSettings, d: Path) -> dict:
+def _run_time(name: str, ds_runs: pd.DataFrame, settings: DistributionsSettings, d: Path) -> BinnedDescription:
     times = ds_runs["total_time_s"]
     table = histogram_table(times, bins="fixed")
     table.to_csv(d / DistributionsDataset.RUN_TIME_TABLE, index=False)
-    summary = {**describe(times, **_mode_options(settings)), "bin_width": table.attrs["width"],
-               "table": DistributionsDataset.RUN_TIME_TABLE}
-    plot_distribution([("run time", table)], [m["location"] for m in summary["modes"]],
+    summary = BinnedDescription(**clean({**describe(times, **_mode_options(settings)), "bin_width": table.attrs["width"],
+                                         "table": DistributionsDataset.RUN_TIME_TABLE}))
+    plot_distribution([("run time", table)], [m.location for m in summary.modes],
                       f"{name}: run times", "run time (s)", d / DistributionsDataset.RUN_TIME_FIGURE, log=False)
     return summary
 
@@ -167,7 +168,7 @@ def _mode_rows(summary: dict, **tags) -> list[dict]:
 
 
 def _microbenchmark_distributions(name: str, lat: pd.DataFrame, hist: pd.DataFrame, settings: DistributionsSettings,
-                                  d: Path) -> dict:
+                                  d: Path) -> tuple[list[LatencyGroup], Histograms]:
     opts = _mode_options(settings)
     minima = cycle_minima(lat)
     minima.to_csv(d / DistributionsDataset.CYCLE_MINIMA_TABLE, index=False)
@@ -194,7 +195,7 @@ def _microbenchmark_distributions(name: str, lat: pd.DataFrame, hist: pd.DataFra
                                        if k not in (*key, "unit", "bin_size_us", "nbins")}
         else:
             summary["cycle_minima"] = None
-        groups.append(summary)
+        groups.append(LatencyGroup(**clean(summary)))
         plot_distribution(curves, [mm["location"] for mm in summary["modes"]],
                           f"{name}: {bench} {op}, {int(size)} B", "latency (us)",
                           d / LatencyGroup.figure_file(bench, op, int(size)), log=True)
@@ -229,7 +230,7 @@ def _microbenchmark_distributions(name: str, lat: pd.DataFrame, hist: pd.DataFra
         if lat_curves:
             plot_distribution(lat_curves, [], f"{name}: Confidence pairwise latency (histograms, all pairs)",
                               "latency (us)", d / Histograms.figure_file("pairwise"), log=True)
-    return {"latency": groups, "histograms": histograms}
+    return groups, Histograms(**clean(histograms))
 
 
 LOCALITY_ORDER = ("same-group", "same-island", "different-islands")
@@ -256,7 +257,8 @@ def _group_stats(values: np.ndarray) -> dict:
             else None, "skew": float(stats.skew(v)) if len(v) > 2 and v.std() > 0 else None}
 
 
-def by_condition(name: str, ds_runs: pd.DataFrame, lat: pd.DataFrame, settings: DistributionsSettings, d: Path) -> dict:
+def by_condition(name: str, ds_runs: pd.DataFrame, lat: pd.DataFrame, settings: DistributionsSettings,
+                 d: Path) -> Conditions:
     """Distributions per background-traffic bucket and per Dragonfly+ locality class.
 
     The variables are every microbenchmark (benchmark, operation, size) over all its timed
@@ -321,9 +323,9 @@ def by_condition(name: str, ds_runs: pd.DataFrame, lat: pd.DataFrame, settings: 
                                   d / Conditions.figure_file(condition, var), log=log)
     table = pd.DataFrame(rows)
     table.to_csv(d / Conditions.TABLE, index=False)
-    return {"b_edges": edges, "runs_with_b": int(b.notna().sum()),
+    return Conditions(**clean({"b_edges": edges, "runs_with_b": int(b.notna().sum()),
             "runs_by_locality": {k: int(v) for k, v in loc.value_counts().items()},
-            "spearman_b_p95": spearman, "groups": rows, "table": Conditions.TABLE, "unit": unit}
+            "spearman_b_p95": spearman, "groups": rows, "table": Conditions.TABLE, "unit": unit}))
 
 
 def run(dataset_dir: str | Path, out_dir: str | Path, config: DistributionsSettings | dict | None = None,
@@ -340,7 +342,7 @@ def run(dataset_dir: str | Path, out_dir: str | Path, config: DistributionsSetti
     out_dir.mkdir(parents=True, exist_ok=True)
     data = load(dataset_dir, tables=("runs", "steps", "latency", "latency_histograms"))
     runs, steps, latency, hists = data["runs"], data["steps"], data["latency"], data["latency_histograms"]
-    summary: dict = {"analysis": "distributions", "params": settings, "datasets": {}}
+    found: dict[str, DistributionsDataset] = {}
     for name in datasets(runs, settings.min_runs, only):
         ds_runs = runs[runs["dataset"] == name]
         d = out_dir / DistributionsResult.dataset_dir(name)
@@ -348,16 +350,18 @@ def run(dataset_dir: str | Path, out_dir: str | Path, config: DistributionsSetti
         lat = latency[latency["run_id"].isin(ds_runs["run_id"])]
         hist = hists[hists["run_id"].isin(ds_runs["run_id"])]
         app = bool((ds_runs["num_steps"] > 0).any())
-        entry: dict = {"kind": "application" if app else "microbenchmark", "runs": len(ds_runs),
-                       "run_time_s": _run_time(name, ds_runs, settings, d)}
-        if app:
-            entry.update(_app_distributions(name, ds_runs, steps, settings, d))
+        run_time = _run_time(name, ds_runs, settings, d)
+        parts: dict = {}  # only what the dataset has (summary.json leaves the rest out)
+        if app and (step_ratio := _app_distributions(name, ds_runs, steps, settings, d)) is not None:
+            parts["step_ratio"] = step_ratio
         if len(lat) or len(hist):
-            entry.update(_microbenchmark_distributions(name, lat, hist, settings, d))
-        entry["conditions"] = by_condition(name, ds_runs, lat, settings, d)
-        summary["datasets"][name] = entry
-        print(f"distributions: {name}: {len(ds_runs)} runs ({entry['kind']})", file=sys.stderr, flush=True)
-    result = DistributionsResult.build(summary)
+            parts["latency"], parts["histograms"] = _microbenchmark_distributions(name, lat, hist, settings, d)
+        entry = DistributionsDataset(kind="application" if app else "microbenchmark", runs=len(ds_runs),
+                                     run_time_s=run_time, **parts,
+                                     conditions=by_condition(name, ds_runs, lat, settings, d))
+        found[name] = entry
+        print(f"distributions: {name}: {len(ds_runs)} runs ({entry.kind})", file=sys.stderr, flush=True)
+    result = DistributionsResult(params=settings, datasets=found)
     result.mlflow = MLflowRuns.model_validate(_log(dataset_dir, out_dir, settings, runs, steps, latency, result))
     result.write(out_dir, only)
     return result

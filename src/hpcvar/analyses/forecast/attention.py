@@ -17,7 +17,7 @@ several horizons (``outputs``, trained together; the forecast is the last), whic
 network how fast a slow stretch fades.
 
 The module carries the training windows' per-feature centre and scale as buffers, so the saved
-model takes raw relative deviations (what :mod:`hpcvar.analyses.forecast` builds) as input.
+model takes raw relative deviations (what :mod:`hpcvar.analyses.forecast.windows` builds) as input.
 """
 
 from __future__ import annotations
