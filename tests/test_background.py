@@ -23,6 +23,7 @@ from hpcvar.parsers import apps, sacct
 from hpcvar.rawlayout import write_manifest
 from hpcvar.simulate import _Campaign
 from hpcvar.simulate.presets import get_preset
+from hpcvar.simulate.schedule import build_schedule
 from hpcvar.topology import LOCALITY_DFPLUS_CLASSES, Topology
 
 # --- a hand-made system: 4 groups x 2 routers x 2 nodes, two islands -------------------------
@@ -199,7 +200,7 @@ def _schedule_b(runs: pd.DataFrame) -> pd.Series:
     """
     p = get_preset("demo", {"days": DAYS})
     campaign = _Campaign(p, SEED, Path("unused"))  # the same random stream as simulate(): same schedule
-    jobs = campaign.build_schedule()
+    jobs = build_schedule(p, campaign.topo, campaign.users, campaign.t0, campaign.t1, campaign.rng)
     bg = jobs[jobs["dataset"].isna()]
     start = pd.to_datetime(bg["start"], unit="s").dt.floor("s").to_numpy()
     end = pd.to_datetime(bg["end"], unit="s").dt.floor("s").to_numpy()

@@ -30,8 +30,8 @@ from hpcvar.parsers import apps, ldms, microbenchmarks, mpip, node_counters, ref
 from hpcvar.parsers import counters as counter_files
 from hpcvar.parsers.errors import ParseError, TruncatedOutput
 from hpcvar.progress import Progress
-from hpcvar.rawlayout import (COUNTERS, MANIFEST, MPIP_SUFFIX, RUNS_DIR, RUN_LDMS_DIR, SACCT, STDOUT, SYSTEM_FILE,
-                              SystemInfo, is_complete, read_manifest)
+from hpcvar.rawlayout import (COUNTERS, MANIFEST, MPIP_SUFFIX, PERFLOGS_DIR, RUNS_DIR, RUN_LDMS_DIR, SACCT, STDOUT,
+                              SYSTEM_FILE, SystemInfo, is_complete, read_manifest)
 from hpcvar.topology import Topology
 
 
@@ -500,7 +500,7 @@ def _aggregate_ldms(files, router_of, topo, runs, windows, spans, sums, reporter
 def perflog_provenance(raw: Path, result: CollateResult) -> pd.DataFrame:
     """ReFrame perflog records of the campaign (for provenance fields the manifests lack)."""
     frames = []
-    for f in sorted((raw / "perflogs").rglob("*.log")) if (raw / "perflogs").exists() else []:
+    for f in sorted((raw / PERFLOGS_DIR).rglob("*.log")) if (raw / PERFLOGS_DIR).exists() else []:
         try:
             frames.append(reframe.read_perflog(f))
         except ParseError as exc:

@@ -40,6 +40,8 @@ SACCT = "sacct.txt"
 COUNTERS = "counters.csv"
 #: A run's own window of the LDMS store (system-wide counters), a directory.
 RUN_LDMS_DIR = "ldms"
+#: The raw directory's ReFrame perflogs: ``perflogs/<system>/<partition>/<Test>.log``.
+PERFLOGS_DIR = "perflogs"
 #: The node -> router -> group map a raw directory's ``system.yaml`` names by default.
 TOPOLOGY = "topology.csv"
 #: mpiP reports in a run directory end so.

@@ -28,7 +28,8 @@ import numpy as np
 import pandas as pd
 
 from hpcvar.parsers import microbenchmarks
-from hpcvar.rawlayout import SACCT, STDOUT, write_manifest
+from hpcvar.rawlayout import RUNS_DIR, SACCT, STDOUT, write_manifest
+from hpcvar.simulate.writers import hostlist
 
 DATASET_APP = "collectives"
 #: Median latency (us) of each timed operation on a quiet machine, all nodes in one group.
@@ -41,6 +42,8 @@ TAIL_FACTOR = {"same-group": 1.0, "same-island": 1.6, "different-islands": 2.4}
 #: After the upgrade: (probability, latency factor) of the two paths; mean and median stay 1.
 UPGRADE_PATHS = ((0.5, 0.65), (0.5, 1.35))
 MPI_LIBRARY = "Cray MPICH 8.1.28 (simulated)"
+#: The data file the benchmark writes in its run directory.
+DATA_FILE = "hpcvar-collectives.csv"
 
 
 def latencies(rng: np.random.Generator, base: float, locality: str, load: float, upgraded: bool,
@@ -110,12 +113,10 @@ class MicrobenchmarkRuns:
     # --- runs -------------------------------------------------------------------------------
     def load(self, t: float) -> tuple[float, dict]:
         """True background load at ``t`` and the scheduler's view of it (the b heuristic's terms)."""
-        c = self.c
-        act = (c._bg_start <= t) & (c._bg_end > t)
-        nodes = c._bg["nodes"].to_numpy()[act]
-        comm = c._bg_comm[act]
+        bg = self.c.background
+        nodes = bg.jobs["nodes"].to_numpy()[bg.running(t)]
         n_t = int(self.compute.sum())
-        load = float((comm * nodes).sum()) / n_t
+        load = bg.load(t, n_t)
         n_a = int(nodes.sum())
         n_c = int(nodes[nodes >= 2].sum())  # the simulator never shares nodes: N_c = N'_c
         b = (n_c / n_t) * (n_c / n_a) * 100 if n_a else 0.0
@@ -167,22 +168,23 @@ class MicrobenchmarkRuns:
         frame = pd.concat(rows, ignore_index=True)
         end = start + 15.0 + frame["max_us"].sum() * 1.1e-6 + rng.uniform(2, 8)
         run_id = f"{p.system}-{job_id}"
-        run_dir = self.c.out / "runs" / run_id
+        run_dir = self.c.out / RUNS_DIR / run_id
         run_dir.mkdir()
-        microbenchmarks.write_collectives(run_dir / "hpcvar-collectives.csv", frame, hosts=list(nodes),
+        microbenchmarks.write_collectives(run_dir / DATA_FILE, frame, hosts=list(nodes),
                                           start_epoch=start + 10.0, mpi_library=MPI_LIBRARY)
-        stdout.append(f"hpcvar-collectives: done rows={len(frame)} file=hpcvar-collectives.csv")
+        stdout.append(f"hpcvar-collectives: done rows={len(frame)} file={DATA_FILE}")
         (run_dir / STDOUT).write_text("\n".join(stdout) + "\n")
-        job = types.SimpleNamespace(Index=("mb", job_id), job_id=job_id, job_name=f"Collectives_{len(nodes)}",
+        job = types.SimpleNamespace(job_id=job_id, job_name=f"Collectives_{len(nodes)}",
                                     submit=start - rng.uniform(5, 120), start=start, nodes=len(nodes))
-        write_sacct(run_dir / SACCT, job, nodes, end, "COMPLETED")
+        node_list = hostlist(nodes)
+        write_sacct(run_dir / SACCT, job, nodes, node_list, end, "COMPLETED")
         write_manifest(run_dir, {
             "run_id": run_id, "system": p.system, "app": DATASET_APP, "dataset": self.name, "kind": "microbenchmark",
             "input": f"-s {','.join(map(str, self.sizes))} -i {p.microbenchmark_iterations} "
                      f"-c {','.join(self.operations)}",
             "num_nodes": len(nodes), "job_id": job_id, "test": f"Collectives %num_nodes={len(nodes)}",
             "software": "hpcvar-collectives 1", "container": None, "submit": float(job.submit),
-            "start": float(start), "end": float(end), "node_list": self.c._hostlist(job.Index, nodes),
+            "start": float(start), "end": float(end), "node_list": node_list,
             "state": "COMPLETED"})
         return {"run_id": run_id, "start": pd.Timestamp(start, unit="s", tz="UTC").isoformat(),
                 "locality_dfplus": cls}

@@ -13,8 +13,13 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from hpcvar.settings import NeighbourhoodSettings
 from hpcvar.simulate.presets import Preset
 from hpcvar.topology import Topology
+
+#: Other users' jobs larger than this many nodes are large: the neighbourhood analysis's default
+#: ``threshold_nodes``, which every job of the large users exceeds.
+LARGE_JOB_NODES = NeighbourhoodSettings.model_fields["threshold_nodes"].default
 
 _SURNAMES = ("adams baker chen diaz evans fischer garcia hughes ito jones kim lopez muller nguyen "
              "okafor patel quinn rossi singh tanaka usman valdez wang xu yamada zhou abbott brooks "
@@ -114,7 +119,7 @@ def make_background_jobs(p: Preset, users: Users, rng: np.random.Generator, t0: 
         submit = np.sort(rng.uniform(t0, t1, n))
         nodes = np.maximum(1, np.round(row.median_nodes * rng.lognormal(0, 0.25 if row.large else 0.6, n))).astype(int)
         if row.large:
-            nodes = np.maximum(nodes, 129)  # large users' jobs always exceed the 128-node threshold
+            nodes = np.maximum(nodes, LARGE_JOB_NODES + 1)
         hours = row.median_hours * rng.lognormal(0, 0.35, n)
         frames.append(pd.DataFrame({"user": row.user, "uid": row.uid, "account": row.account,
                                     "submit": submit, "nodes": nodes, "duration": hours * 3600,
