@@ -14,8 +14,12 @@ from snakemake.utils import validate
 
 from hpcvar import settings
 from hpcvar.defaults import FORECAST_GRID
-from hpcvar.settings import (ANALYSES, CompareSettings, DeviationSettings, ForecastSettings, NeighbourhoodSettings,
-                             SettingsError)
+from hpcvar.analyses.registry import SETTINGS
+from hpcvar.settings import (CompareSettings, DeviationSettings, ForecastSettings, NeighbourhoodSettings, SettingsError,
+                             section_key)
+
+#: The analyses' settings (SETTINGS less the regression check's).
+ANALYSES = {name: model for name, model in SETTINGS.items() if name != "compare"}
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
@@ -24,7 +28,7 @@ CONFIG = REPO / "config" / "config.yaml"
 
 def test_generated_schema_and_docs_are_those_of_the_models(tmp_path):
     for rel, make in settings.GENERATED.items():
-        assert (REPO / rel).read_text() == make(), f"{rel} is stale: run python -m hpcvar.settings --write"
+        assert (REPO / rel).read_text() == make(SETTINGS), f"{rel} is stale: run python -m hpcvar.settings --write"
     # and the check itself fails on a stale file, naming it
     (tmp_path / "docs").mkdir()
     (tmp_path / "workflow" / "schemas").mkdir(parents=True)
@@ -59,7 +63,7 @@ def test_schema_and_models_refuse_the_same_values(section, bad):
     with pytest.raises(Exception, match="(?i)validat"):
         _validated(doc)
     with pytest.raises(SettingsError) as exc:
-        settings.ALL[section].from_mapping(bad, "my.yaml")
+        SETTINGS[section].from_mapping(bad, "my.yaml")
     key = next(iter(bad))
     assert key in str(exc.value) and "my.yaml" in str(exc.value)
 
@@ -70,10 +74,10 @@ def test_config_yaml_restates_no_default():
     sections = {**{n: (doc.get("analyses") or {}).get(n) or {} for n in ANALYSES},
                 "compare": {k: v for k, v in (doc.get("compare") or {}).items() if k not in ("before", "after")}}
     for name, given in sections.items():
-        defaults = settings.ALL[name]().as_dict()
+        defaults = SETTINGS[name]().as_dict()
         restated = {k: v for k, v in given.items() if defaults.get(k) == v}
         assert not restated, f"config/config.yaml restates the defaults of {name}: {restated}"
-        settings.ALL[name].from_mapping(given, CONFIG)  # and what it sets is valid
+        SETTINGS[name].from_mapping(given, CONFIG)  # and what it sets is valid
 
 
 def test_errors_name_every_problem_and_the_known_keys():
@@ -99,8 +103,8 @@ def test_defaults_and_overrides():
 
 def test_every_setting_is_documented_with_its_default():
     doc = (REPO / "docs" / "settings.md").read_text()
-    for name, model in settings.ALL.items():
-        section = doc.split(f"## `{'analyses.' if name in ANALYSES else ''}{name}`", 1)[1].split("\n## ", 1)[0]
+    for name, model in SETTINGS.items():
+        section = doc.split(f"## `{section_key(name)}`", 1)[1].split("\n## ", 1)[0]
         for key, info in model.model_fields.items():
             assert info.description, f"{name}.{key} has no description"
             row = next((line for line in section.splitlines() if line.startswith(f"| `{key}` |")), None)
@@ -157,13 +161,16 @@ def test_analysis_help_lists_the_models_settings():
 
 
 def test_the_registry_and_the_config_sections_name_the_same_analyses_in_the_same_order():
-    """src/hpcvar/analyses/registry.py lists the analyses; each has its `analyses:` section here,
-    its module with a `run` (what `hpcvar <analysis>` and the workflow's rule call) and a command."""
+    """src/hpcvar/analyses/registry.py lists the analyses, and the settings sections are derived
+    from it (the regression check's last); each analysis has its `analyses:` section in the
+    generated schema, its module with a `run` (what `hpcvar <analysis>` and the workflow's rule
+    call) and a command."""
     from hpcvar.analyses.registry import ANALYSES as REGISTRY
     from hpcvar.cli import build_parser
 
-    assert list(REGISTRY) == list(ANALYSES)
-    assert all(REGISTRY[name].settings is model and model.name == name for name, model in ANALYSES.items())
+    assert list(SETTINGS) == [*REGISTRY, "compare"]
+    assert all(SETTINGS[name] is a.settings and a.settings.name == name for name, a in REGISTRY.items())
+    assert list(_validated({})["analyses"]) == list(REGISTRY)
     help_text = " ".join(build_parser().format_help().split())
     for name, analysis in REGISTRY.items():
         assert callable(analysis.module.run), name

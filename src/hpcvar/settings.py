@@ -251,13 +251,6 @@ class CompareSettings(Settings):
                         json_schema_extra={"cli": "--permutations"})
 
 
-#: Every analysis's settings by section name, in report order.
-ANALYSES: dict[str, type[Settings]] = {m.name: m for m in (NeighbourhoodSettings, DeviationSettings,
-                                                            ForecastSettings, DistributionsSettings,
-                                                            ExplainSettings)}
-ALL: dict[str, type[Settings]] = {**ANALYSES, CompareSettings.name: CompareSettings}
-
-
 # --- derived: JSON schema, Markdown, command-line options ------------------------------------------
 
 _SCALARS = {int: "integer", float: "number", bool: "boolean", str: "string"}
@@ -326,17 +319,18 @@ def model_schema(model: type[Settings], closed: bool = True) -> dict:
 _OPEN = {"compare"}
 
 
-def schema_document() -> dict:
-    """``workflow/schemas/settings.schema.yaml``: each model under ``$defs``."""
+def schema_document(sections: dict[str, type[Settings]]) -> dict:
+    """``workflow/schemas/settings.schema.yaml``: each section's model under ``$defs``, by its name
+    (``sections``: :data:`hpcvar.analyses.registry.SETTINGS`)."""
     return {"$schema": "https://json-schema.org/draft/2020-12/schema",
             "description": "Generated from src/hpcvar/settings.py by `python -m hpcvar.settings --write`; do not "
                            "edit. config.schema.yaml refers to these definitions.",
             "$defs": {name: {**model_schema(model, closed=name not in _OPEN), "default": {}}
-                      for name, model in ALL.items()}}
+                      for name, model in sections.items()}}
 
 
-def schema_text() -> str:
-    return yaml.safe_dump(schema_document(), sort_keys=False, width=110, allow_unicode=True)
+def schema_text(sections: dict[str, type[Settings]]) -> str:
+    return yaml.safe_dump(schema_document(sections), sort_keys=False, width=110, allow_unicode=True)
 
 
 def _show(value) -> str:
@@ -362,8 +356,17 @@ def _rows(model: type[Settings], prefix: str) -> list[str]:
     return rows
 
 
-def markdown() -> str:
-    """``docs/settings.md``: one table per analysis."""
+def section_key(name: str) -> str:
+    """Where a section's settings go in ``config.yaml``: ``analyses.<name>``, or ``compare``."""
+    return name if name in _TOP_LEVEL else f"analyses.{name}"
+
+
+#: Sections of the workflow's configuration that are not under ``analyses:``.
+_TOP_LEVEL = {"compare"}
+
+
+def markdown(sections: dict[str, type[Settings]]) -> str:
+    """``docs/settings.md``: one table per section (``sections``: :data:`hpcvar.analyses.registry.SETTINGS`)."""
     out = ["# Analysis settings", "",
            "Generated from `src/hpcvar/settings.py` by `python -m hpcvar.settings --write`; do not edit.", "",
            "Each analysis takes its settings from `config/config.yaml` (`analyses: <analysis>:`; `compare:` for the "
@@ -371,9 +374,8 @@ def markdown() -> str:
            "`--set key=value` (the value is YAML). A key that is not listed here is refused, naming the known ones; "
            "a value out of bounds is refused naming the bound. `config/config.yaml` sets only what differs from "
            "these defaults.", ""]
-    for name, model in ALL.items():
-        section = f"analyses.{name}" if name in ANALYSES else name
-        out += [f"## `{section}`", "", " ".join(model.__doc__.split()), "",
+    for name, model in sections.items():
+        out += [f"## `{section_key(name)}`", "", " ".join(model.__doc__.split()), "",
                 "| key | type | default | meaning |", "|---|---|---|---|", *_rows(model, "")]
         for key, info in model.model_fields.items():
             nested = next((a for a in (info.annotation, *typing.get_args(info.annotation))
@@ -425,10 +427,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write", action="store_true", help="rewrite the generated files in --root")
     parser.add_argument("--root", default=".", help="the repository (default: the current directory)")
     args = parser.parse_args(argv)
+    # The sections are the registry's: which analyses exist is said there alone. (This entry point
+    # runs above every layer, as the CLI does; nothing else here imports upwards.)
+    from hpcvar.analyses.registry import SETTINGS
+
     stale = []
     for rel, make in GENERATED.items():
         path = Path(args.root) / rel
-        text = make()
+        text = make(SETTINGS)
         if not path.is_file() or path.read_text() != text:
             stale.append(rel)
             if args.write:
@@ -442,9 +448,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run the imported module's main, not this __main__ copy's: the registry's settings classes are
+    # those of hpcvar.settings, and the schema recognises nested settings by their class.
+    from hpcvar.settings import main as imported_main
+
+    sys.exit(imported_main())
 
 
-__all__ = ["ALL", "ANALYSES", "CompareSettings", "DeviationSettings", "DistributionsSettings", "ForecastSettings",
+__all__ = ["CompareSettings", "DeviationSettings", "DistributionsSettings", "ForecastSettings",
            "LightGBMSettings", "NeighbourhoodSettings", "Settings", "SettingsError", "add_options", "from_options",
-           "markdown", "model_schema", "schema_document"]
+           "markdown", "model_schema", "schema_document", "section_key"]

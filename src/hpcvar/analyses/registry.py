@@ -23,8 +23,8 @@ from hpcvar.results.distributions import DistributionsResult
 from hpcvar.results.explain import ExplainResult
 from hpcvar.results.forecast import ForecastResult
 from hpcvar.results.neighbourhood import NeighbourhoodResult
-from hpcvar.settings import (DeviationSettings, DistributionsSettings, ExplainSettings, ForecastSettings,
-                             NeighbourhoodSettings, Settings)
+from hpcvar.settings import (CompareSettings, DeviationSettings, DistributionsSettings, ExplainSettings,
+                             ForecastSettings, NeighbourhoodSettings, Settings)
 
 
 @dataclass(frozen=True)
@@ -60,3 +60,9 @@ ANALYSES: dict[str, Analysis] = {a.name: a for a in (
     Analysis("explain", "why was this run slow? its slowdown split into causes, with the evidence", ExplainSettings,
              ExplainResult, reads=("deviation", "neighbourhood"), tracked=False),
 )}
+
+#: Every section of settings by name, in report order: the analyses', then the regression check's
+#: (``compare:``). The workflow's settings schema and ``docs/settings.md`` are generated from it
+#: (``python -m hpcvar.settings --write``).
+SETTINGS: dict[str, type[Settings]] = {**{name: a.settings for name, a in ANALYSES.items()},
+                                       CompareSettings.name: CompareSettings}
