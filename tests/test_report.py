@@ -23,22 +23,42 @@ def test_sections_without_analyses_say_so(campaign, tmp_path):
     c = campaign("demo", 0, 15)
     result = build(c.dataset, tmp_path / "report.html", figures_dir=tmp_path / "figures")
     secs = result["sections"]
-    for name in ("findings", "neighbourhood", "deviation", "forecast", "background", "distributions", "regression",
-                 "explained", "interference"):
+    for name in ("findings", "campaign", "datasets", "neighbourhood", "deviation", "forecast", "placement",
+                 "background", "distributions", "regression", "explained", "interference"):
         assert secs[name]["empty"] and not secs[name]["figures"], name
+    html = (tmp_path / "report.html").read_text()
+    assert "No neighbourhood analysis summary" in html and "No distributions analysis summary" in html
+    assert "No overview analysis summary (run `hpcvar overview`)" in html
+    assert "No data: no regression check was configured" in html
+    # Offline: nothing is fetched from anywhere.
+    assert not re.search(r'(src|href)="(https?:)?//', html)
+
+
+def test_overview_sections_show_the_analysis_numbers_and_figures(campaign, tmp_path):
+    """The campaign, per-dataset and placement sections render `hpcvar overview`'s result: its
+    figures copied, its numbers quoted (the report computes nothing of its own)."""
+    from hpcvar.analyses import overview
+
+    c = campaign("demo", 0, 15)
+    res = overview.run(c.dataset, tmp_path / "analyses" / "overview")
+    result = build(c.dataset, tmp_path / "report.html", analyses_dir=tmp_path / "analyses",
+                   figures_dir=tmp_path / "figures")
+    secs = result["sections"]
     runs = pd.read_parquet(c.dataset / "runs")
     datasets = sorted(runs["dataset"].unique())
     # One step-spread, MPI (where profiled) and placement figure per dataset, two campaign figures.
     assert len(secs["campaign"]["figures"]) == 2
     assert {Path(f).parent.name for f in secs["placement"]["figures"]} == set(datasets)
+    with_steps = set(runs.loc[runs["num_steps"] > 0, "dataset"])
+    assert with_steps and {Path(f).parent.name for f in secs["datasets"]["figures"]} == with_steps
     html = (tmp_path / "report.html").read_text()
-    assert "No neighbourhood analysis summary" in html and "No distributions analysis summary" in html
-    assert "No data: no regression check was configured" in html
-    # The campaign reading quotes the same ratio summary.txt shows.
+    # The campaign reading quotes the same ratio summary.txt shows, and the analysis's share of slow runs.
     ratio = (runs.groupby("dataset")["total_time_s"].max() / runs.groupby("dataset")["total_time_s"].min())
     assert f"the slowest run took {ratio.max():.2f}x as long as the fastest" in html
-    # Offline: nothing is fetched from anywhere.
-    assert not re.search(r'(src|href)="(https?:)?//', html)
+    best = runs.groupby("dataset")["total_time_s"].transform("min")
+    share = (runs["total_time_s"] / best > 1.5).mean()
+    assert res.campaign.share_slow == pytest.approx(share)
+    assert f"{100 * share:.0f}% of all runs took more than 1.5x their dataset" in html
 
 
 def test_interference_section_reads_the_experiments_tables(campaign, tmp_path):
@@ -132,7 +152,11 @@ def test_failed_runs_are_counted_and_drawn(campaign, tmp_path):
     failed = [json.loads(line) for line in (c.dataset / "quarantine.jsonl").read_text().splitlines()]
     failed = [e for e in failed if e["kind"] == "failed-run"]
     assert failed and all(e["start"] for e in failed)  # collate records when the failed job ran
-    build(c.dataset, tmp_path / "report.html", figures_dir=tmp_path / "figures")
+    from hpcvar.analyses import overview
+
+    res = overview.run(c.dataset, tmp_path / "analyses" / "overview")
+    assert res.campaign.failed == len(failed) and sum(cov.failed for cov in res.coverage) == len(failed)
+    build(c.dataset, tmp_path / "report.html", analyses_dir=tmp_path / "analyses", figures_dir=tmp_path / "figures")
     html = (tmp_path / "report.html").read_text()
     states = pd.Series([e["state"] for e in failed]).value_counts()
     assert f"{len(failed)} runs failed (" in html

@@ -124,13 +124,15 @@ def cmd_analysis(a) -> int:
         settings = analysis.settings.from_mapping(config, a.config or "the --set options")
     except SettingsError as exc:
         raise SystemExit(f"hpcvar {a.cmd}: {exc}") from None
-    result = analysis.module.run(a.dataset, a.out, settings, only=a.only,
+    only = getattr(a, "only", None)
+    result = analysis.module.run(a.dataset, a.out, settings, only=only,
                                  **({"truth": a.truth} if analysis.takes_truth else {}))
     from hpcvar import tracking
 
-    written = Path(a.out) / ("parts/" + f"{a.only}.json" if a.only else "summary.json")
-    print(f"{a.cmd}: {len(result.datasets)} datasets -> {written} "
-          f"(MLflow: {tracking.tracking_uri(a.dataset)}, experiment {tracking.experiment(a.cmd)})")
+    written = Path(a.out) / ("parts/" + f"{only}.json" if only else "summary.json")
+    print(f"{a.cmd}: {len(result.datasets)} datasets -> {written}"
+          + (f" (MLflow: {tracking.tracking_uri(a.dataset)}, experiment {tracking.experiment(a.cmd)})"
+             if analysis.tracked else ""))
     return 0
 
 
@@ -436,10 +438,11 @@ def build_parser() -> argparse.ArgumentParser:
     from hpcvar.analyses.registry import ANALYSES
 
     for name, analysis in ANALYSES.items():
-        if not analysis.tracked:  # explain: a run, or every run (below)
+        if name == "explain":  # a command of its own: one run, or every run (below)
             continue
         text = analysis.help
-        s = sub.add_parser(name, help=text, description=f"{text}. Logs to MLflow and writes OUT/summary.json.")
+        s = sub.add_parser(name, help=text, description=f"{text}. {'Logs to MLflow and w' if analysis.tracked else 'W'}"
+                                                        "rites OUT/summary.json.")
         s.add_argument("dataset", help="dataset directory written by `hpcvar collate`")
         s.add_argument("--out", required=True, help="directory for summary.json, tables and figures")
         s.add_argument("--config", help=f"YAML file with the settings: the workflow's config/config.yaml (its "
@@ -448,9 +451,10 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                        help="override one setting, e.g. --set folds=5 (value is YAML; repeatable); settings: "
                             f"{', '.join(analysis.settings.model_fields)} (defaults and meaning: docs/settings.md)")
-        s.add_argument("--only", metavar="NAME",
-                       help="analyse this dataset alone and write OUT/parts/NAME.json (the workflow's fan-out: one "
-                            "job per dataset; `hpcvar assemble` merges the parts into OUT/summary.json)")
+        if analysis.per_dataset:
+            s.add_argument("--only", metavar="NAME",
+                           help="analyse this dataset alone and write OUT/parts/NAME.json (the workflow's fan-out: "
+                                "one job per dataset; `hpcvar assemble` merges the parts into OUT/summary.json)")
         if analysis.takes_truth:
             s.add_argument("--truth", metavar="TRUTH_JSON",
                            help="the simulator's truth.json: its oracle's error (truth_oracle.parquet beside it) is "

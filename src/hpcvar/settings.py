@@ -70,6 +70,17 @@ class Settings(BaseModel):
 
 # --- the analyses -----------------------------------------------------------------------------------
 
+class OverviewSettings(Settings):
+    """``hpcvar overview``: the campaign at a glance (spread and coverage per dataset, time per
+    step, compute against MPI, placement), the numbers and figures the report opens with."""
+
+    name: typing.ClassVar[str] = "overview"
+    slow_factor: float = Field(1.5, gt=1, description="The campaign's reading counts the runs that took more than "
+                                                      "this multiple of their dataset's best run.")
+    mpi_routines: int = Field(5, ge=1, description="Dominant MPI routines drawn per dataset (Figure 5).")
+    routine_shares: int = Field(8, ge=1, description="MPI routines listed with their share of MPI time per dataset.")
+
+
 class NeighbourhoodSettings(Settings):
     """``hpcvar neighbourhood``: which users' concurrent jobs go with slow runs."""
 

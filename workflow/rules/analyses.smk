@@ -1,5 +1,5 @@
-# The three analyses of Bhatele et al. Section IV-V, Confidence-style distributions and every
-# run's slowdown split into causes (explain). Each reads the collated dataset, logs to the MLflow
+# The campaign's overview, the three analyses of Bhatele et al. Section IV-V, Confidence-style
+# distributions and every run's slowdown split into causes (explain). Each reads the collated dataset, logs to the MLflow
 # store beside it (results/mlflow.db) and writes results/analyses/<analysis>/summary.json with its
 # tables and figures. Settings come from the `analyses:` section of the config; the regression
 # check (compare) from `compare:`.
@@ -14,7 +14,8 @@
 #   tables, figures and MLflow run, and its part of the result, OUT/parts/NAME.json), then
 #   `hpcvar assemble` merges the parts into the same summary.json, so a cluster spreads the
 #   forecaster's datasets, the heaviest jobs, over nodes. The datasets are known once collation
-#   has run (`collate` is a checkpoint: analysed_datasets in common.smk).
+#   has run (`collate` is a checkpoint: analysed_datasets in common.smk). An analysis whose
+#   numbers compare the datasets (per_dataset=False in the registry: the overview) stays one job.
 # A site profile sets resources under the rules' names: `analysis` (and `analysis_part`).
 
 
@@ -22,38 +23,29 @@ if config["fan_out"] == "analysis":
 
     rule analysis:
         input:
-            collated=COLLATED,
-            reads=lambda wildcards: [f"{RESULTS}/analyses/{r}/summary.json" for r in ANALYSES[wildcards.analysis].reads],
-            truth=lambda wildcards: [TRUTH] if TRUTH and ANALYSES[wildcards.analysis].takes_truth else [],
+            unpack(analysis_input),
         output:
             summary=f"{RESULTS}/analyses/{{analysis}}/summary.json",
         wildcard_constraints:
             analysis="|".join(ANALYSES),
         params:
-            hpcvar=HPCVAR,
-            dataset=lambda wildcards, input: os.path.dirname(input.collated),
-            out=lambda wildcards, output: os.path.dirname(output.summary),
-            settings=lambda wildcards: analysis_settings(wildcards.analysis),
-            inputs=analysis_inputs,
+            command=analysis_command,
         log:
             f"{RESULTS}/logs/{{analysis}}.log",
         conda:
             "../envs/hpcvar.yaml"
         shell:
-            "{params.hpcvar} {wildcards.analysis} {params.dataset} --out {params.out} {params.inputs} {params.settings}"
-            " > {log} 2>&1"
+            "{params.command} > {log} 2>&1"
 
 else:
 
     rule analysis_part:
         input:
-            collated=COLLATED,
-            reads=lambda wildcards: [f"{RESULTS}/analyses/{r}/summary.json" for r in ANALYSES[wildcards.analysis].reads],
-            truth=lambda wildcards: [TRUTH] if TRUTH and ANALYSES[wildcards.analysis].takes_truth else [],
+            unpack(analysis_input),
         output:
             part=f"{RESULTS}/analyses/{{analysis}}/parts/{{dataset}}.json",
         wildcard_constraints:
-            analysis="|".join(ANALYSES),
+            analysis="|".join(n for n, a in ANALYSES.items() if a.per_dataset),
             dataset="[^/]+",
         params:
             hpcvar=HPCVAR,
@@ -72,21 +64,19 @@ else:
 
     rule analysis:
         input:
-            parts=lambda wildcards: expand(f"{RESULTS}/analyses/{wildcards.analysis}/parts/{{dataset}}.json",
-                                           dataset=analysed_datasets(wildcards)),
+            unpack(fanned_out_input),
         output:
             summary=f"{RESULTS}/analyses/{{analysis}}/summary.json",
         wildcard_constraints:
             analysis="|".join(ANALYSES),
         params:
-            hpcvar=HPCVAR,
-            out=lambda wildcards, output: os.path.dirname(output.summary),
+            command=fanned_out_command,
         log:
             f"{RESULTS}/logs/{{analysis}}.log",
         conda:
             "../envs/hpcvar.yaml"
         shell:
-            "{params.hpcvar} assemble {wildcards.analysis} --out {params.out} {input.parts:q} > {log} 2>&1"
+            "{params.command} > {log} 2>&1"
 
 
 rule compare:

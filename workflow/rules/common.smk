@@ -54,10 +54,44 @@ def analysed_datasets(wildcards):
     return sorted(Dataset(DATASET).read("runs")["dataset"].dropna().unique())
 
 
+def analysis_input(wildcards):
+    """What `hpcvar <analysis>` reads: the collated dataset, the summaries of the analyses it
+    builds on (explain: deviation's, neighbourhood's) and, for forecast, the simulator's truth."""
+    a = ANALYSES[wildcards.analysis]
+    return {"collated": COLLATED, "reads": [f"{RESULTS}/analyses/{r}/summary.json" for r in a.reads],
+            "truth": [TRUTH] if TRUTH and a.takes_truth else []}
+
+
 def analysis_inputs(wildcards, input):
     """The analyses an analysis reads (--analyses DIR) and the simulator's truth (--truth)."""
     return " ".join(([f"--analyses {os.path.dirname(os.path.dirname(input.reads[0]))}"] if input.reads else [])
                     + ([f"--truth {input.truth}"] if input.truth else []))
+
+
+def analysis_command(wildcards, input, output):
+    """`hpcvar <analysis> DATASET --out DIR` with its inputs and settings (one job over every dataset)."""
+    return (f"{HPCVAR} {wildcards.analysis} {shlex.quote(os.path.dirname(input.collated))}"
+            f" --out {shlex.quote(os.path.dirname(output.summary))} {analysis_inputs(wildcards, input)}"
+            f" {analysis_settings(wildcards.analysis)}")
+
+
+def fanned_out_input(wildcards):
+    """An analysis of each dataset on its own waits for its parts; one whose numbers compare
+    the datasets (the overview) reads the collated dataset, as with fan_out: analysis."""
+    if not ANALYSES[wildcards.analysis].per_dataset:
+        return analysis_input(wildcards)
+    return {"parts": expand(f"{RESULTS}/analyses/{wildcards.analysis}/parts/{{dataset}}.json",
+                            dataset=analysed_datasets(wildcards))}
+
+
+def fanned_out_command(wildcards, input, output):
+    """`hpcvar assemble` of the parts, or the analysis itself when it has none."""
+    if not ANALYSES[wildcards.analysis].per_dataset:
+        return analysis_command(wildcards, input, output)
+    # No parts yet while the collate checkpoint is pending: Snakemake plans them once it has run.
+    parts = getattr(input, "parts", [])
+    return (f"{HPCVAR} assemble {wildcards.analysis} --out {shlex.quote(os.path.dirname(output.summary))} "
+            + " ".join(shlex.quote(p) for p in parts))
 
 
 def analysis_settings(name):

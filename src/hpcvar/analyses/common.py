@@ -138,6 +138,16 @@ def mape(actual, predicted) -> float:
     return float(np.mean(np.abs(predicted - actual) / np.abs(actual)))
 
 
+#: Colours of a figure's series (matplotlib's tab10), per dataset or per routine.
+PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+           "#bcbd22", "#17becf"]
+
+
+def records(frame: pd.DataFrame) -> list[dict]:
+    """Rows as dicts, missing values (NaN, NA) as None: what a result's records are built from."""
+    return frame.astype(object).where(frame.notna(), None).to_dict("records")
+
+
 def subplots(*args, **kwargs):
     """``plt.subplots`` drawn off-screen (no display on compute or CI machines)."""
     import matplotlib

@@ -21,7 +21,7 @@ from scipy.stats import pearsonr
 from sklearn.feature_selection import mutual_info_classif
 
 from hpcvar import tracking
-from hpcvar.analyses.common import datasets, load, savefig, subplots
+from hpcvar.analyses.common import datasets, load, records, savefig, subplots
 from hpcvar.results._common import MLflowRuns
 from hpcvar.results.neighbourhood import NeighbourhoodDataset, NeighbourhoodResult, PearsonRankedUser, RankedUser
 from hpcvar.settings import NeighbourhoodSettings
@@ -89,11 +89,6 @@ def ranking(runs: pd.DataFrame, neigh: pd.DataFrame, threshold_nodes: int, tau: 
     return table[cols]
 
 
-def _records(frame: pd.DataFrame) -> list[dict]:
-    """Rows as dicts, missing values (NaN, NA) as None."""
-    return frame.astype(object).where(frame.notna(), None).to_dict("records")
-
-
 def mi_ranked(table: pd.DataFrame) -> pd.DataFrame:
     """The users the MI ranking covers (jobs over the threshold), in rank order."""
     return table[table["rank_mi"].notna()]
@@ -146,15 +141,15 @@ def run(dataset_dir: str | Path, out_dir: str | Path, config: NeighbourhoodSetti
         found[name] = NeighbourhoodDataset(
             runs=len(ds_runs), qualified_users=len(qualified), users_alongside=len(table),
             optimal_runs=int((times < s.tau * times.mean()).sum()),
-            top_users=[RankedUser(**r) for r in _records(qualified.head(s.top_k))],
-            top_users_by_nodes_r=[PearsonRankedUser(**r) for r in _records(
+            top_users=[RankedUser(**r) for r in records(qualified.head(s.top_k))],
+            top_users_by_nodes_r=[PearsonRankedUser(**r) for r in records(
                 table.sort_values("rank_r").head(s.top_k)[list(PearsonRankedUser.model_fields)])])
         print(f"neighbourhood: {name}: {len(ds_runs)} runs, {len(qualified)} users with jobs > "
               f"{s.threshold_nodes} nodes, {len(table)} users alongside", file=sys.stderr, flush=True)
     cross = cross_dataset(tables, s.top_k)
     if only is None:  # one dataset's part: the assembly draws the table over all (:func:`assemble`)
         cross.to_csv(out_dir / NeighbourhoodResult.CROSS_DATASET_TABLE, index=False)
-    result = NeighbourhoodResult(params=s, datasets=found, cross_dataset=_records(cross))
+    result = NeighbourhoodResult(params=s, datasets=found, cross_dataset=records(cross))
     result.mlflow = MLflowRuns.model_validate(_log(dataset_dir, out_dir, s, runs, neigh, tables, result))
     result.write(out_dir, only)
     return result
@@ -166,7 +161,7 @@ def assemble(result: NeighbourhoodResult, out_dir: Path) -> NeighbourhoodResult:
               for name in result.datasets}
     cross = cross_dataset(tables, result.params.top_k)
     cross.to_csv(out_dir / NeighbourhoodResult.CROSS_DATASET_TABLE, index=False)
-    return NeighbourhoodResult.build({**result.dump(), "cross_dataset": _records(cross)})
+    return NeighbourhoodResult.build({**result.dump(), "cross_dataset": records(cross)})
 
 
 def _log(dataset_dir, out_dir: Path, s: NeighbourhoodSettings, runs, neigh, tables,

@@ -23,8 +23,9 @@ from hpcvar.results.distributions import DistributionsResult
 from hpcvar.results.explain import ExplainResult
 from hpcvar.results.forecast import ForecastResult
 from hpcvar.results.neighbourhood import NeighbourhoodResult
+from hpcvar.results.overview import OverviewResult
 from hpcvar.settings import (CompareSettings, DeviationSettings, DistributionsSettings, ExplainSettings,
-                             ForecastSettings, NeighbourhoodSettings, Settings)
+                             ForecastSettings, NeighbourhoodSettings, OverviewSettings, Settings)
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,10 @@ class Analysis:
     takes_truth: bool = False
     #: It logs its runs to MLflow.
     tracked: bool = True
+    #: It analyses each dataset on its own (``--only NAME`` writes a part; the workflow's
+    #: ``fan_out: dataset`` runs one job per dataset). False: its numbers compare the datasets,
+    #: so it runs as one job over the campaign.
+    per_dataset: bool = True
 
     @property
     def module(self) -> ModuleType:
@@ -49,6 +54,8 @@ class Analysis:
 
 #: In report order.
 ANALYSES: dict[str, Analysis] = {a.name: a for a in (
+    Analysis("overview", "the campaign at a glance: spread and coverage per dataset, time per step, compute vs MPI, "
+                         "placement", OverviewSettings, OverviewResult, tracked=False, per_dataset=False),
     Analysis("neighbourhood", "rank users whose concurrent large jobs go with slow runs (mutual information, Pearson)",
              NeighbourhoodSettings, NeighbourhoodResult),
     Analysis("deviation", "rank counters explaining per-step deviations (LightGBM + RFE in grouped CV)",

@@ -31,7 +31,7 @@ from hpcvar.results.distributions import (Conditions, Description, Distributions
 from hpcvar.results.forecast import REPORTED_MODELS, ForecastResult
 from hpcvar.results.interference import InterferenceResult
 from hpcvar.results.neighbourhood import NeighbourhoodResult, PearsonRankedUser, RankedUser
-from hpcvar.summary import dataset_summary
+from hpcvar.results.overview import Campaign, Coverage, DatasetSpread, OverviewDataset, OverviewResult, RoutineShare
 
 #: Section ids, in report order (the browser test and the Snakemake categories use them).
 SECTIONS = ("findings", "campaign", "datasets", "neighbourhood", "deviation", "forecast", "placement", "background",
@@ -132,6 +132,11 @@ def _counter(name: str) -> str:
     return f"{name} ({words})" if words else name
 
 
+def _r(v: float | None) -> str:
+    """A correlation coefficient, or n/a where there was none to compute."""
+    return "n/a" if v is None else f"{v:.2f}"
+
+
 def _pct(v) -> str:
     return "n/a" if v is None or pd.isna(v) else f"{100 * v:.1f}%"
 
@@ -146,11 +151,6 @@ class Builder:
         self.runs = self.ds.read("runs")
         if self.runs.empty:
             raise SystemExit(f"{dataset_dir}: the dataset has no runs; run `hpcvar collate` first")
-        q = self.ds.quarantine()
-        self.failed = pd.DataFrame([e for e in q if e.get("kind") == "failed-run"],
-                                   columns=["run_id", "dataset", "state", "start", "end", "file"])
-        self.failed["start"] = pd.to_datetime(self.failed["start"], utc=True, errors="coerce", format="ISO8601")
-        self.quarantined = [e for e in q if e.get("kind") != "failed-run"]
         self.names = sorted(self.runs["dataset"].unique())
 
     # --- helpers ------------------------------------------------------------------------------
@@ -253,85 +253,89 @@ class Builder:
                        "show where in time the slowdown sat.")
         return sec
 
+    def overview(self, section: str, title: str) -> tuple[OverviewResult | None, Section]:
+        res = self.result(OverviewResult)
+        sec = Section(section, title)
+        if res is None:
+            sec.empty = self.no_analysis("overview", res)
+        return res, sec
+
     def campaign(self) -> Section:
-        runs = self.runs
-        table = dataset_summary(self.dataset_dir)
-        cov = F.coverage(runs, self.failed)
-        timeline = F.campaign_timeline(runs, self.failed.dropna(subset=["start"]), self.path("campaign", "all",
-                                                                                            "runs_over_time"))
-        rel_path, rel = F.relative_times(runs, self.path("campaign", "all", "relative_time"))
-        worst = table.sort_values("slowest_fastest").iloc[-1]
-        above = (rel["relative"] > 1.5).mean()
-        gap = cov.sort_values("longest_gap_days").iloc[-1]
-        failed_states = self.failed["state"].value_counts().to_dict()
+        res, sec = self.overview("campaign", "Campaign overview")
+        if res is None:
+            return sec
+        c = res.campaign
         reading = (
-            f"The campaign ran {len(runs)} completed runs of {len(self.names)} datasets between "
-            f"{runs['start'].min():%Y-%m-%d} and {runs['end'].max():%Y-%m-%d}. "
-            f"{len(self.failed)} runs failed ({', '.join(f'{n} {s}' for s, n in failed_states.items()) or 'none'}) "
+            f"The campaign ran {c.runs} completed runs of {c.datasets} datasets between "
+            f"{c.first_start:%Y-%m-%d} and {c.last_end:%Y-%m-%d}. "
+            f"{c.failed} runs failed ({', '.join(f'{n} {s}' for s, n in c.failed_states.items()) or 'none'}) "
             "and are not used as data. "
-            f"The same job did not take the same time: in the widest dataset, {worst['dataset']}, the slowest run "
-            f"took {worst['slowest_fastest']:.2f}x as long as the fastest, and {100 * above:.0f}% of all runs took "
-            f"more than 1.5x their dataset's best run. "
-            f"The longest stretch without a run was {gap['longest_gap_days']:.1f} days ({gap['dataset']}); "
+            f"The same job did not take the same time: in the widest dataset, {c.widest}, the slowest run "
+            f"took {c.widest_ratio:.2f}x as long as the fastest, and {100 * c.share_slow:.0f}% of all runs took "
+            f"more than {res.params.slow_factor:g}x their dataset's best run. "
+            f"The longest stretch without a run was {_num(c.longest_gap_days, '{:.1f}')} days ({c.longest_gap}); "
             "slow runs that cluster in time point to a cause on the system rather than in the code.")
-        if self.quarantined:
-            reading += (f" {len(self.quarantined)} input files were set aside as malformed "
+        if c.quarantined:
+            reading += (f" {c.quarantined} input files were set aside as malformed "
                         "(listed in the dataset's quarantine.jsonl).")
-        part = Part("All datasets", figures=[
-            self.figure("campaign", "all", "runs_over_time", "Runs per dataset over time", timeline),
-            self.figure("campaign", "all", "relative_time", "Run time relative to the best run (Figure 1)",
-                        rel_path)],
-            tables=[Table("Runs and spread per dataset", table, {"mean_s": "{:,.1f}", "min_s": "{:,.1f}",
-                                                                 "max_s": "{:,.1f}", "slowest_fastest": "{:.2f}x"}),
+        spread = _frame(res.spread, DatasetSpread).astype({"steps": "Int64"})
+        cov = _frame(res.coverage, Coverage)
+        figures = [self.copy_figure("campaign", "all", "runs_over_time", "Runs per dataset over time",
+                                    res.path(Campaign.TIMELINE)),
+                   self.copy_figure("campaign", "all", "relative_time", "Run time relative to the best run (Figure 1)",
+                                    res.path(Campaign.RELATIVE_TIME))]
+        part = Part("All datasets", figures=[f for f in figures if f],
+            tables=[Table("Runs and spread per dataset", spread, {"mean_s": "{:,.1f}", "min_s": "{:,.1f}",
+                                                                  "max_s": "{:,.1f}", "slowest_fastest": "{:.2f}x"}),
                     Table("Coverage: failures and gaps", cov.assign(
-                        first=cov["first"].dt.strftime("%Y-%m-%d %H:%M"), last=cov["last"].dt.strftime("%Y-%m-%d %H:%M")),
+                        first=pd.to_datetime(cov["first"]).dt.strftime("%Y-%m-%d %H:%M"),
+                        last=pd.to_datetime(cov["last"]).dt.strftime("%Y-%m-%d %H:%M")),
                         {"longest_gap_days": "{:.1f}"})])
-        return Section("campaign", "Campaign overview", reading, [part])
+        sec.reading, sec.parts = reading, [part]
+        return sec
 
     def datasets(self) -> Section:
-        steps = self.ds.read("steps")
-        profile = self.ds.read("mpi_profile")
-        table = dataset_summary(self.dataset_dir).set_index("dataset")
+        res, sec = self.overview("datasets", "Per dataset: time per step and MPI profile")
+        if res is None:
+            return sec
+        spread = {r.dataset: r for r in res.spread}
         parts = []
         for name in self.names:
-            runs = self.runs[self.runs["dataset"] == name]
-            st = steps[steps["run_id"].isin(runs["run_id"])]
+            d, sp = res.datasets[name], spread[name]
             part = Part(name)
-            nodes = runs["num_nodes"].iloc[0]
-            on = f" on {int(nodes)} nodes" if pd.notna(nodes) else ""
-            text = (f"{len(runs)} runs of {runs['app'].iloc[0]}{on} took "
-                    f"{table.loc[name, 'min_s']:,.0f} s to {table.loc[name, 'max_s']:,.0f} s: the slowest run "
-                    f"took {table.loc[name, 'slowest_fastest']:.2f}x as long as the fastest. ")
-            if len(st):
-                path, per = F.step_spread(st, name, self.path("datasets", name, "step_spread"))
-                part.figures.append(self.figure("datasets", name, "step_spread", "Time per step (Figure 3)", path))
-                cv = (per["std"] / per["mean"]).dropna()
-                if len(cv):
-                    text += (f"Across runs, a step's time varies by {100 * cv.median():.0f}% (median coefficient of "
-                             f"variation over {len(per)} steps; widest at step {int(per.loc[cv.idxmax(), 'step'])}). ")
-            prof = profile[profile["run_id"].isin(runs["run_id"])]
-            if len(prof):
-                path, per_run, shares = F.mpi_breakdown(prof, runs, name, self.path("datasets", name, "mpi"))
-                part.figures.append(self.figure("datasets", name, "mpi", "Compute vs MPI and dominant routines "
-                                                "(Figures 4-5)", path))
-                top = shares.iloc[0]
-                r = per_run[["mpi_s", "total_time_s"]].corr().iloc[0, 1] if len(per_run) > 2 else float("nan")
-                text += (f"mpiP profiled {len(per_run)} runs: MPI took {_pct(per_run['mpi_share'].min())} to "
-                         f"{_pct(per_run['mpi_share'].max())} of the time, mostly MPI_{top['routine']} "
-                         f"({_pct(top['share'])} of MPI time). ")
-                if pd.notna(r):
+            on = f" on {d.nodes} nodes" if d.nodes is not None else ""
+            text = (f"{d.runs} runs of {d.app}{on} took {sp.min_s:,.0f} s to {sp.max_s:,.0f} s: the slowest run "
+                    f"took {sp.slowest_fastest:.2f}x as long as the fastest. ")
+            if d.steps is not None:
+                fig = self.copy_figure("datasets", name, "step_spread", "Time per step (Figure 3)",
+                                       res.path(OverviewDataset.figure(name, "step_spread")))
+                part.figures += [fig] if fig else []
+                if d.steps.cv_median is not None:
+                    text += (f"Across runs, a step's time varies by {100 * d.steps.cv_median:.0f}% (median coefficient "
+                             f"of variation over {d.steps.steps} steps; widest at step {d.steps.widest_step}). ")
+            if d.mpi is not None:
+                m = d.mpi
+                fig = self.copy_figure("datasets", name, "mpi", "Compute vs MPI and dominant routines (Figures 4-5)",
+                                       res.path(OverviewDataset.figure(name, "mpi")))
+                part.figures += [fig] if fig else []
+                top = m.routines[0]
+                text += (f"mpiP profiled {m.profiled_runs} runs: MPI took {_pct(m.share_min)} to "
+                         f"{_pct(m.share_max)} of the time, mostly MPI_{top.routine} ({_pct(top.share)} of MPI time). ")
+                if m.r_mpi_time is not None:
+                    r = m.r_mpi_time
                     text += ("Slower runs spend more time in MPI, so the spread comes from communication "
                              f"(r = {r:.2f})." if r > 0.5 else
                              f"Time in MPI follows run time only weakly (r = {r:.2f}).")
-                part.tables.append(Table("Share of MPI time per routine (all profiled runs)", shares.head(8),
-                                         {"share": "{:.1%}"}))
+                part.tables.append(Table("Share of MPI time per routine (all profiled runs)",
+                                         _frame(m.routines, RoutineShare), {"share": "{:.1%}"}))
             else:
                 text += "No mpiP profiles were collected for this dataset, so compute and MPI time are not split."
             part.reading = text
             parts.append(part)
-        return Section("datasets", "Per dataset: time per step and MPI profile",
-                       "For each dataset (application x node count x input): how the time per step spreads over "
-                       "runs, and how each run divides its time between computation and MPI.", parts)
+        sec.reading = ("For each dataset (application x node count x input): how the time per step spreads over "
+                       "runs, and how each run divides its time between computation and MPI.")
+        sec.parts = parts
+        return sec
 
     def neighbourhood(self) -> Section:
         from hpcvar.analyses.neighbourhood import plot_top_users
@@ -478,24 +482,27 @@ class Builder:
         return sec
 
     def placement(self) -> Section:
+        res = self.result(OverviewResult)
         parts = []
-        for name in self.names:
-            runs = self.runs[self.runs["dataset"] == name]
-            if runs["num_groups"].isna().all():
+        for name in self.names if res is not None else []:
+            st = res.datasets[name].placement
+            if st is None:
                 continue  # runs imported from tables (hpcvar import-neighbourhood): nodes unknown
-            path, st = F.placement(runs, name, self.path("placement", name, "placement"))
-            loc = ", ".join(f"{c}: {v['runs']} runs, median {v['median_s']:,.0f} s" for c, v in st["locality"].items())
-            parts.append(Part(name, figures=[self.figure("placement", name, "placement", "Run time vs placement",
-                                                         path)],
-                              reading=(f"Correlation of run time with the groups spanned r = {st['r_num_groups']:.2f}, "
-                                       f"with the routers spanned r = {st['r_num_routers']:.2f}. By locality class: "
+            fig = self.copy_figure("placement", name, "placement", "Run time vs placement",
+                                   res.path(OverviewDataset.figure(name, "placement")))
+            loc = ", ".join(f"{c}: {v.runs} runs, median {v.median_s:,.0f} s" for c, v in st.locality.items())
+            parts.append(Part(name, figures=[fig] if fig else [],
+                              reading=(f"Correlation of run time with the groups spanned r = {_r(st.r_num_groups)}, "
+                                       f"with the routers spanned r = {_r(st.r_num_routers)}. By locality class: "
                                        f"{loc}.")))
         sec = Section("placement", "Placement: where the job's nodes were", (
             "Whether a run was slow because of where Slurm placed it: run time against the number of dragonfly "
             "groups and routers the job spanned, and per locality class (one router, one group, the fewest groups "
             "that can hold the job, or fragmented). A weak correlation here with strong neighbourhood or counter "
             "signals means the slowdown came from other jobs' traffic, not from the job's own spread."), parts)
-        if not parts:
+        if res is None:
+            sec.empty = self.no_analysis("overview", res)
+        elif not parts:
             sec.empty = ("No data: no run has a node list (runs imported from tables with hpcvar "
                          "import-neighbourhood have none).")
         return sec
