@@ -22,10 +22,10 @@ from pathlib import Path
 import pandas as pd
 
 from hpcvar.analyses import deviation, explain, neighbourhood
-from hpcvar.anonymise import Pseudonymiser
 from hpcvar.collate import collate
 from hpcvar.simulate import simulate
 from hpcvar.simulate.truth import TRUTH_RUNS, score_explanations
+from hpcvar.util.anonymise import Pseudonymiser
 
 SALT = b"bench-explain"
 

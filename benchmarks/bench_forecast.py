@@ -31,10 +31,10 @@ FEATURE_SETS = ("job+placement+io+sys", "job+placement+io+sys+neighbours")
 
 def campaign(base: Path, days: int, seed: int) -> Path:
     """The demo machine's two MILC datasets over ``days`` (simulated and collated once, reused)."""
-    from hpcvar.anonymise import Pseudonymiser
     from hpcvar.collate import collate
     from hpcvar.simulate import simulate
     from hpcvar.simulate.presets import get_preset
+    from hpcvar.util.anonymise import Pseudonymiser
 
     d = base / f"milc-d{days}-s{seed}"
     if not (d / "dataset").exists():

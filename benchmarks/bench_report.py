@@ -14,8 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from hpcvar.anonymise import Pseudonymiser
 from hpcvar.report import build
+from hpcvar.util.anonymise import Pseudonymiser
 
 
 def main() -> None:

@@ -25,8 +25,8 @@ if phase == "simulate":
     truth = simulate(preset, seed=0, out=raw, progress=False)
     n = sum(d["runs"] for d in truth["datasets"].values())
 else:
-    from hpcvar.anonymise import Pseudonymiser
     from hpcvar.collate import collate
+    from hpcvar.util.anonymise import Pseudonymiser
     n = len(collate(raw, ds, Pseudonymiser(b"bench")).new_runs)
 print(json.dumps({"runs": n, "seconds": time.perf_counter() - t,
                   "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))

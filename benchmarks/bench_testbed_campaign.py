@@ -75,9 +75,9 @@ def main(argv=None) -> int:
     ap.add_argument("--results", type=Path, help="a finished campaign's results directory: only read it")
     a = ap.parse_args(argv)
 
-    from hpcvar.anonymise import Pseudonymiser, load_salt
     from hpcvar.campaign import truth as campaign_truth
-    from hpcvar.dataset import Dataset
+    from hpcvar.data.dataset import Dataset
+    from hpcvar.util.anonymise import Pseudonymiser, load_salt
 
     res = a.results or run_campaign(a.keep, a.rounds)
     wd = res.parent

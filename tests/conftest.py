@@ -96,7 +96,7 @@ def with_required_run_columns(row: dict, start) -> dict:
     figures a test does not use), taken from the schema so fixtures follow it."""
     import pyarrow as pa
 
-    from hpcvar import schema
+    from hpcvar.data import schema
 
     for col in schema.RUNS.columns:
         if col.name not in row and not col.nullable:
@@ -193,9 +193,9 @@ def campaign(tmp_path_factory):
     """
     import pickle
 
-    from hpcvar.anonymise import Pseudonymiser
     from hpcvar.collate import collate
     from hpcvar.simulate import simulate
+    from hpcvar.util.anonymise import Pseudonymiser
 
     cache: dict[tuple, Campaign] = {}
 

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import SALT
 from hpcvar.analyses.common import step_frame
-from hpcvar.anonymise import Pseudonymiser
+from hpcvar.util.anonymise import Pseudonymiser
 
 
 def pseudo(name):
@@ -18,7 +18,7 @@ def pseudo(name):
 
 def test_step_frame_normalises_counters_per_router(paper):
     c, _, _, _ = paper
-    from hpcvar.dataset import Dataset
+    from hpcvar.data.dataset import Dataset
 
     data = {t: Dataset(c.dataset).read(t) for t in ("runs", "steps", "step_counters", "system_counters")}
     frame = step_frame(data, "milc-128")
@@ -33,7 +33,7 @@ def test_neighbour_presence_recovers_the_planted_culprit_intensity(paper):
     """Per step, the culprits' running jobs (from sacct, through collation) weighted by their
     planted strengths are the culprit congestion the simulator applied at that step."""
     from hpcvar.analyses.common import frequent_neighbours, neighbour_presence
-    from hpcvar.dataset import Dataset
+    from hpcvar.data.dataset import Dataset
 
     c = paper[0]
     data = {t: Dataset(c.dataset).read(t) for t in ("runs", "steps", "step_counters", "neighbourhood")}

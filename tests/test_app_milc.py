@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hpcvar.grids import factor
 from hpcvar.parsers import apps
 from hpcvar.parsers.errors import ParseError, TruncatedOutput
+from hpcvar.util.grids import factor
 
 REPO = Path(__file__).resolve().parents[1]
 CAPTURED = Path(__file__).resolve().parent / "captured" / "milc"

@@ -1,4 +1,4 @@
-"""Aries counter names -> Table II (hpcvar.aries) and the per-step counter files (parsers.counters).
+"""Aries counter names -> Table II (hpcvar.system.aries) and the per-step counter files (parsers.counters).
 
 The names come from real counter lists: AriesNCL's ``tests/counters.txt`` (PAPI names, 40 router
 tiles 0_0..4_7 and 8 processor tiles PT_5_0..PT_5_7) and the LDMS aries_rtr_mmr metric set for
@@ -14,9 +14,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hpcvar import aries
 from hpcvar.parsers import counters
 from hpcvar.parsers.errors import ParseError
+from hpcvar.system import aries
 
 LISTS = "ldms/aries_metric_lists"
 REAL_LISTS = ("ariesncl_counters.txt", "aries_rtr_mmr_metric_set_rtr_0.txt")
@@ -111,7 +111,7 @@ def test_to_table2_small_frame_by_hand():
 
 
 def _hand_table2(wide: pd.DataFrame) -> dict[str, pd.Series]:
-    """Expected Table II values written out name by name, independently of hpcvar.aries.
+    """Expected Table II values written out name by name, independently of hpcvar.system.aries.
 
     Only the abbreviations whose source columns are present are expected.
     """

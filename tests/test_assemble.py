@@ -34,7 +34,7 @@ def hpcvar(*args, env=None) -> subprocess.CompletedProcess:
 def test_parts_assemble_into_the_summary_of_one_run(campaign, tmp_path, monkeypatch, analysis):
     from hpcvar.analyses.assemble import assemble
     from hpcvar.analyses.registry import ANALYSES
-    from hpcvar.dataset import Dataset
+    from hpcvar.data.dataset import Dataset
 
     c = campaign("demo", 3, 2)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")

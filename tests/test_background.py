@@ -15,16 +15,16 @@ import pandas as pd
 import pytest
 import yaml
 
-from hpcvar import background
-from hpcvar.anonymise import Pseudonymiser
 from hpcvar.collate import collate
-from hpcvar.dataset import Dataset
+from hpcvar.data.dataset import Dataset
+from hpcvar.data.rawlayout import write_manifest
 from hpcvar.parsers import apps, sacct
-from hpcvar.rawlayout import write_manifest
 from hpcvar.simulate import _Campaign
 from hpcvar.simulate.presets import get_preset
 from hpcvar.simulate.schedule import build_schedule
-from hpcvar.topology import LOCALITY_DFPLUS_CLASSES, Topology
+from hpcvar.system import background
+from hpcvar.system.topology import LOCALITY_DFPLUS_CLASSES, Topology
+from hpcvar.util.anonymise import Pseudonymiser
 
 # --- a hand-made system: 4 groups x 2 routers x 2 nodes, two islands -------------------------
 # i0 = g0 (nid00-03), g1 (nid04-07); i1 = g2 (nid08-11), g3 (nid12-15). nid00015 is an I/O

@@ -17,8 +17,8 @@ import pandas as pd
 import pytest
 
 from conftest import REPO, snakemake
-from hpcvar.anonymise import Pseudonymiser
 from hpcvar.dev import slurm as dev
+from hpcvar.util.anonymise import Pseudonymiser
 
 pytestmark = pytest.mark.slow
 PROFILE = str(REPO / "profiles" / "local-slurm")
@@ -177,8 +177,8 @@ def test_a_timed_out_run_is_recorded_with_its_state(cluster, workdir):
 
 def test_collation_twice_gives_identical_tables(cluster, workdir, tmp_path):
     from hpcvar.collate import collate
-    from hpcvar.dataset import Dataset
-    from hpcvar.schema import TABLES
+    from hpcvar.data.dataset import Dataset
+    from hpcvar.data.schema import TABLES
 
     raw = workdir / "results" / "raw"
     pseudo = Pseudonymiser(b"same-salt")

@@ -19,7 +19,7 @@ from scipy import stats
 
 from hpcvar.analyses import compare as cmp
 from hpcvar.cli import build_parser, main
-from hpcvar.dataset import Dataset
+from hpcvar.data.dataset import Dataset
 from hpcvar.results.compare import CompareResult
 from hpcvar.settings import CompareSettings, SettingsError
 

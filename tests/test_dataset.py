@@ -14,10 +14,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from hpcvar import schema
-from hpcvar.anonymise import Pseudonymiser, load_salt
-from hpcvar.dataset import Dataset, DuplicateRunError
-from hpcvar.schema import TABLES, SchemaError, conform
+from hpcvar.data import schema
+from hpcvar.data.dataset import Dataset, DuplicateRunError
+from hpcvar.data.schema import TABLES, SchemaError, conform
+from hpcvar.util.anonymise import Pseudonymiser, load_salt
 
 T0 = pd.Timestamp("2024-03-05 10:00:00", tz="UTC")
 COUNTERS = ("RT_RB_STL", "PT_FLIT_TOT")
@@ -270,7 +270,7 @@ def test_new_round_adds_a_part_and_never_rewrites_earlier_parts(tmp_path: Path):
 
 
 def test_append_never_overwrites_a_part_with_the_same_stamp(tmp_path: Path, monkeypatch):
-    import hpcvar.dataset as dataset_mod
+    import hpcvar.data.dataset as dataset_mod
 
     class FrozenClock:
         @staticmethod
@@ -433,7 +433,7 @@ def test_hpcvar_salt_env_wins(tmp_path: Path, monkeypatch):
 
 def test_summary_tells_slurm_failures_from_reframe_failures(tmp_path):
     """A test that failed sanity ran a job Slurm COMPLETED: the summary says which failure is which."""
-    from hpcvar.summary import format_summary
+    from hpcvar.data.summary import format_summary
 
     ds = Dataset(tmp_path / "ds")
     ds.add_quarantine([

@@ -17,7 +17,7 @@ from hpcvar import cli
 from hpcvar.analyses.distribution_stats import (cycle_minima, describe, detect_modes, histogram_from_counts,
                                                 histogram_table, log_bin_size, moments_about_min)
 from hpcvar.analyses.distributions import step_ratios
-from hpcvar.dataset import Dataset
+from hpcvar.data.dataset import Dataset
 from hpcvar.parsers.microbenchmarks import log_bin_edges
 from hpcvar.results import ResultError
 from hpcvar.results.distributions import Conditions, DistributionsResult, HistogramSummary, Histograms

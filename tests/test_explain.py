@@ -13,8 +13,8 @@ import pytest
 
 from conftest import SALT
 from hpcvar.analyses import explain
-from hpcvar.anonymise import Pseudonymiser
 from hpcvar.simulate.truth import TRUTH_RUNS, score_explanations
+from hpcvar.util.anonymise import Pseudonymiser
 
 
 def hpcvar(*args) -> subprocess.CompletedProcess:

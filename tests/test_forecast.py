@@ -229,10 +229,10 @@ def campaign(request, tmp_path_factory):
     Only MILC is simulated (the quality bar is about MILC) and mpiP profiles only 2% of runs
     (a 512-node profile takes seconds to parse and forecasting does not read them).
     """
-    from hpcvar.anonymise import Pseudonymiser
     from hpcvar.collate import collate
     from hpcvar.simulate import simulate
     from hpcvar.simulate.presets import LONG_MILC, get_preset
+    from hpcvar.util.anonymise import Pseudonymiser
 
     seed = request.param
     base = tmp_path_factory.mktemp(f"forecast-seed{seed}")
@@ -327,7 +327,7 @@ def test_long_run_reads_the_neighbours_presence(campaign, tmp_path):
     """With the neighbours set, the long run's presence columns come from its own sacct: where
     the simulator planted a culprit's congestion in the long run, the culprits' running jobs
     weighted by their strengths give it back; and the forecast over it still beats the profile."""
-    from hpcvar.anonymise import Pseudonymiser
+    from hpcvar.util.anonymise import Pseudonymiser
 
     base, seed = campaign["base"], campaign["seed"]
     settings = ForecastSettings.from_mapping({**CONFIG, "seed": seed, "feature_sets": [forecast.FEATURE_SETS[-1]]})

@@ -29,7 +29,7 @@ from hpcvar.results.interference import InterferenceResult
 from hpcvar.simulate.interference import (
     GLOBAL, LOCAL, DragonflyNetwork, JobTraffic, run_experiment, simulate_workload,
 )
-from hpcvar.topology import Topology
+from hpcvar.system.topology import Topology
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -426,7 +426,7 @@ def _real_experiment(path: Path) -> None:
     interference run` leaves them: a microbenchmark victim whose medians double (8 B) and grow
     1.5x (64 KiB) next to the aggressor, and an aggressor whose mixed run of repetition 1 never
     reached the dataset."""
-    from hpcvar.dataset import Dataset
+    from hpcvar.data.dataset import Dataset
 
     t0 = pd.Timestamp("2026-01-05 10:00", tz="UTC")
     book, runs, lat = [], [], []

@@ -22,7 +22,7 @@ import yaml
 from hpcvar.campaign import interference as real
 from hpcvar.experiments.spec import ExperimentError, SlurmSpec, parse_experiment
 from hpcvar.results.interference import InterferenceResult
-from hpcvar.topology import Topology
+from hpcvar.system.topology import Topology
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -188,7 +188,7 @@ def test_a_real_experiment_runs_alone_and_mixed_and_keeps_its_books(toy_run):
     assert sorted(zip(book["workload"], book["job"])) == [("alone", "collectives"), ("alone", "noise"),
                                                           ("mixed", "collectives"), ("mixed", "noise")]
     assert (book["node_list"] == book["node_list"].iloc[0]).all() and book["run_id"].is_unique
-    from hpcvar.dataset import Dataset
+    from hpcvar.data.dataset import Dataset
 
     ds = Dataset(out / "dataset")
     runs = ds.read("runs").set_index("run_id")

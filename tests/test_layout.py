@@ -1,6 +1,7 @@
 """The package's layers (README, "Where things live"): the real-data path (parsers, collation,
 campaign, analyses, report) never loads the simulator, and the simulator never loads the
-analyses; what they share lives in modules of its own (rawlayout, experiments, defaults)."""
+analyses; what they share lives in modules of its own (data.rawlayout, experiments, defaults).
+Below every stage: the helpers (util), the data model (data) and the system model (system)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,12 @@ import sys
 
 import pytest
 
-REAL_DATA_PATH = ["hpcvar.parsers", "hpcvar.collate", "hpcvar.dataset", "hpcvar.campaign.reframe_import",
+REAL_DATA_PATH = ["hpcvar.parsers", "hpcvar.collate", "hpcvar.data.dataset", "hpcvar.campaign.reframe_import",
                   "hpcvar.campaign.rounds", "hpcvar.campaign.interference", "hpcvar.analyses.neighbourhood",
                   "hpcvar.analyses.deviation", "hpcvar.analyses.forecast", "hpcvar.analyses.distributions",
                   "hpcvar.analyses.compare", "hpcvar.analyses.interference", "hpcvar.analyses.explain",
                   "hpcvar.analyses.assemble", "hpcvar.report.build",
-                  "hpcvar.rawlayout", "hpcvar.experiments.spec", "hpcvar.experiments.placement"]
+                  "hpcvar.data.rawlayout", "hpcvar.experiments.spec", "hpcvar.experiments.placement"]
 
 
 def loaded_after_importing(modules: list[str]) -> set[str]:
@@ -85,3 +86,19 @@ def test_the_import_graph_has_no_cycle():
     position = {m: i for i, m in enumerate(order)}
     assert position["hpcvar.settings"] < position["hpcvar.results.forecast"] < position["hpcvar.analyses.forecast"]
     assert position["hpcvar.analyses.registry"] < position["hpcvar.analyses.assemble"]
+
+
+
+def test_helpers_and_models_build_on_no_stage():
+    """The helpers (hpcvar.util) import no other hpcvar module; the data model (hpcvar.data) and the
+    system model (hpcvar.system) import only each other, the helpers and the parsers' errors."""
+    def within(module: str, packages: tuple[str, ...]) -> bool:
+        return any(module == p or module.startswith(p + ".") for p in packages)
+
+    graph = module_imports()
+    below = ("hpcvar.util", "hpcvar.data", "hpcvar.system", "hpcvar.parsers.errors")
+    for name, edges in graph.items():
+        if within(name, ("hpcvar.util",)):
+            assert not edges, f"{name} imports {sorted(edges)}"
+        elif within(name, ("hpcvar.data", "hpcvar.system")):
+            assert all(within(e, below) for e in edges), f"{name} imports {sorted(edges)}"

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from conftest import NEEDS_MIRROR, REPO, build_cache, snakemake, source_mirror
-from hpcvar.dataset import Dataset
+from hpcvar.data.dataset import Dataset
 from test_campaign import PROFILE, cluster  # noqa: F401  (the dev Slurm cluster fixture)
 from test_real_apps import APP_TESTS, LOOP_TIMER_ONLY, OWN_APPS, STAMP_JITTER_S, STEP_TOLERANCE
 

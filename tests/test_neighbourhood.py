@@ -11,7 +11,7 @@ import pytest
 
 from conftest import SALT
 from hpcvar.analyses import neighbourhood
-from hpcvar.anonymise import Pseudonymiser
+from hpcvar.util.anonymise import Pseudonymiser
 
 
 def pseudo(name):

@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 from hpcvar.analyses import neighbourhood
-from hpcvar.anonymise import Pseudonymiser
-from hpcvar.dataset import Dataset
+from hpcvar.data.dataset import Dataset
+from hpcvar.util.anonymise import Pseudonymiser
 
 HPCVAR = [sys.executable, "-m", "hpcvar"]
 

@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 from conftest import NEEDS_MIRROR, REPO, build_cache, source_mirror
-from hpcvar.dataset import Dataset
+from hpcvar.data.dataset import Dataset
 from hpcvar.parsers import apps
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("real-apps")]

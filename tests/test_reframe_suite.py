@@ -35,7 +35,7 @@ def sbatch(script: str) -> dict[str, str]:
 
 
 def test_process_grids_follow_table_one():
-    from hpcvar.grids import factor
+    from hpcvar.util.grids import factor
 
     assert factor(128 * 64, 3) == [32, 16, 16]  # AMG, 128 nodes: -P 32 16 16
     assert factor(512 * 64, 3) == [32, 32, 32]  # AMG, 512 nodes: -P 32 32 32
@@ -252,11 +252,11 @@ def local_run(tmp_path_factory):
 def test_aggressor_runs_for_its_duration_and_imports_into_latency(tmp_path):
     """The interference experiments' traffic generator: not a campaign test (-t campaign leaves it
     out), run here for 2 s; every iteration lands in `latency` with its start time."""
-    from hpcvar.anonymise import Pseudonymiser
     from hpcvar.campaign.reframe_import import import_reports
     from hpcvar.collate import collate
-    from hpcvar.dataset import Dataset
+    from hpcvar.data.dataset import Dataset
     from hpcvar.parsers import microbenchmarks
+    from hpcvar.util.anonymise import Pseudonymiser
 
     listed = reframe("-c", "reframe_tests/microbenchmarks", "--system", "local", "-t", "campaign", "-l",
                      prefix=tmp_path)
@@ -313,11 +313,11 @@ def test_reframe_runs_import_into_the_dataset_and_the_report(local_run, tmp_path
     in `latency_histograms`; importing and collating again adds nothing; the report shows them."""
     import json
 
-    from hpcvar.anonymise import Pseudonymiser
     from hpcvar.campaign.reframe_import import import_reports
     from hpcvar.collate import collate
-    from hpcvar.dataset import Dataset
+    from hpcvar.data.dataset import Dataset
     from hpcvar.report import build
+    from hpcvar.util.anonymise import Pseudonymiser
 
     prefix, out = local_run
     assert out.returncode == 0, out.stdout[-4000:]
@@ -378,12 +378,12 @@ def test_import_keeps_each_runs_ldms_window_and_counters_over_the_run(local_run,
 
     import numpy as np
 
-    from hpcvar.anonymise import Pseudonymiser
     from hpcvar.campaign.reframe_import import import_reports
     from hpcvar.collate import collate
-    from hpcvar.dataset import Dataset
+    from hpcvar.data.dataset import Dataset
     from hpcvar.parsers import ldms, node_counters
     from hpcvar.simulate.model import LDMS_COUNTERS
+    from hpcvar.util.anonymise import Pseudonymiser
 
     prefix, out = local_run
     assert out.returncode == 0, out.stdout[-4000:]
@@ -444,9 +444,9 @@ def test_slurm_runs_need_their_sacct(local_run, tmp_path):
     """Only runs of ReFrame's local scheduler may come without sacct output."""
     import json
 
-    from hpcvar.anonymise import Pseudonymiser
     from hpcvar.campaign.reframe_import import import_reports
     from hpcvar.collate import collate
+    from hpcvar.util.anonymise import Pseudonymiser
 
     prefix, _ = local_run
     imported = import_reports(sorted((prefix / "reports").glob("*.json")), tmp_path / "raw").imported
@@ -525,10 +525,10 @@ def test_import_never_appends_to_a_topology_it_did_not_write(local_run, simulate
 def test_collation_refuses_runs_of_two_systems_and_a_dataset_of_another(local_run, simulated_raw, tmp_path):
     import shutil
 
-    from hpcvar.anonymise import Pseudonymiser
     from hpcvar.campaign.reframe_import import import_reports
     from hpcvar.collate import RefusedCollation, collate
-    from hpcvar.dataset import Dataset
+    from hpcvar.data.dataset import Dataset
+    from hpcvar.util.anonymise import Pseudonymiser
 
     prefix, _ = local_run
     raw = tmp_path / "raw"

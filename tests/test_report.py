@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 
 from conftest import REPO
-from hpcvar.anonymise import PSEUDONYM, Pseudonymiser
 from hpcvar.report import SECTIONS, build
+from hpcvar.util.anonymise import PSEUDONYM, Pseudonymiser
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 

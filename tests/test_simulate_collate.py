@@ -17,14 +17,14 @@ import pytest
 import yaml
 
 from conftest import SALT
-from hpcvar.anonymise import Pseudonymiser
 from hpcvar.collate import collate
-from hpcvar.dataset import Dataset
+from hpcvar.data.dataset import Dataset
+from hpcvar.data.rawlayout import write_manifest
 from hpcvar.parsers import apps, detect, inspect, ldms
-from hpcvar.rawlayout import write_manifest
 from hpcvar.simulate import simulate
 from hpcvar.simulate.presets import get_preset, upgrade_windows
-from hpcvar.topology import LOCALITY_CLASSES
+from hpcvar.system.topology import LOCALITY_CLASSES
+from hpcvar.util.anonymise import Pseudonymiser
 
 
 @pytest.fixture(scope="session")
@@ -434,7 +434,7 @@ def test_ldms_windows_use_the_simulated_interval(demo):
 def test_ldms_changes_are_split_over_steps_by_overlap(tmp_path):
     """Hand-computed: constant counter rates, steps shorter and longer than the 10 s interval."""
     from hpcvar.collate import CollateResult, RunData, system_counters
-    from hpcvar.topology import Topology
+    from hpcvar.system.topology import Topology
 
     topo = Topology(pd.DataFrame({"node": ["nid00000", "nid00001", "nid00002"],
                                   "router": ["r-io", "r-mine", "r-other"], "group": ["g0", "g0", "g1"],
@@ -486,7 +486,7 @@ def test_a_run_shorter_than_a_second_still_has_neighbours():
     """sacct records whole seconds: a run that started and ended in the same second has every job
     running in that second as neighbour, but not jobs that ended before or started after it."""
     from hpcvar.collate import neighbourhood
-    from hpcvar.topology import Topology
+    from hpcvar.system.topology import Topology
 
     t = pd.Timestamp("2026-11-22T14:50:02", tz="UTC")
     topo = Topology(pd.DataFrame({"node": ["n1", "n2"], "router": ["r1", "r2"], "group": ["g1", "g1"]}))

@@ -176,10 +176,10 @@ def test_reframe_runs_here_and_collate_sees_the_other_users_job(cluster, timeout
     """The suite on this cluster (`--system local-slurm`: ReFrame submits with sbatch, launches with
     srun --mpi=pmix) while another user's job runs; import-reframe collects sacct of the job's
     window, and collate puts that job, with its user's pseudonym, in the run's neighbourhood."""
-    from hpcvar.anonymise import Pseudonymiser
     from hpcvar.campaign.reframe_import import import_reports
     from hpcvar.collate import collate
-    from hpcvar.dataset import Dataset
+    from hpcvar.data.dataset import Dataset
+    from hpcvar.util.anonymise import Pseudonymiser
 
     repo = Path(__file__).resolve().parents[1]
     aggressor = cluster.sbatch("-n", "2", "--job-name=aggressor", "--wrap", "sleep 120", user=EXTRA_USER)

@@ -78,7 +78,7 @@ def test_nodes_have_their_own_hostname_tmp_and_network(testbed, work):
 
 
 def test_topology_map_and_slurm_topology_describe_the_same_wiring(testbed):
-    from hpcvar.topology import Topology
+    from hpcvar.system.topology import Topology
 
     layout, spec = testbed["layout"], testbed["spec"]
     topo = Topology.from_file(layout.topology_map)
@@ -148,10 +148,10 @@ def test_a_round_imports_and_collates_with_the_link_counters_of_the_map(testbed,
     """The suite's AMG proxy and collectives on 2 nodes placed across the groups; imported with the
     map and the link store, collated: the routers' link counters become the runs' job counters
     (with the global link's traffic) and the other routers' their system counters."""
-    from hpcvar.anonymise import Pseudonymiser
     from hpcvar.campaign.reframe_import import import_reports
     from hpcvar.collate import collate
-    from hpcvar.dataset import Dataset
+    from hpcvar.data.dataset import Dataset
+    from hpcvar.util.anonymise import Pseudonymiser
 
     layout, env = testbed["layout"], testbed["env"]
     prefix = work / "rfm"
@@ -166,7 +166,7 @@ def test_a_round_imports_and_collates_with_the_link_counters_of_the_map(testbed,
     ds = Dataset(work / "dataset")
     runs = ds.read("runs").set_index("dataset")
     assert set(runs.index) == {"amgproxy-2", "collectives-2"}
-    # Two nodes that one group could hold, spread over two: "fragmented" (hpcvar.topology).
+    # Two nodes that one group could hold, spread over two: "fragmented" (hpcvar.system.topology).
     assert (runs["num_groups"] == 2).all() and (runs["locality"] == "fragmented").all()
     steps = ds.read("step_counters")
     proxy = steps[steps["run_id"] == runs.loc["amgproxy-2", "run_id"]].pivot_table(index="step", columns="counter",
@@ -189,10 +189,10 @@ def test_faults_end_jobs_as_slurm_ends_them_and_are_collated_as_failed_runs(test
     """A node's slurmd killed mid-job: NODE_FAIL. A node link down mid-job: no MPI traffic, so the
     job runs into its time limit: TIMEOUT. Both are failed runs with their state; the run that
     completed beside them is collated; `up` brings the node and the link back."""
-    from hpcvar.anonymise import Pseudonymiser
     from hpcvar.campaign.reframe_import import import_reports
     from hpcvar.collate import collate
-    from hpcvar.dataset import Dataset
+    from hpcvar.data.dataset import Dataset
+    from hpcvar.util.anonymise import Pseudonymiser
 
     layout, env, spec = testbed["layout"], testbed["env"], testbed["spec"]
     prefix = work / "faults"

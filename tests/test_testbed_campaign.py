@@ -24,9 +24,9 @@ import pytest
 import yaml
 
 from conftest import REPO, machine, snakemake, testbed  # noqa: F401  (the multi-node cluster fixture)
-from hpcvar.anonymise import Pseudonymiser, load_salt
 from hpcvar.campaign import truth as campaign_truth
-from hpcvar.dataset import Dataset
+from hpcvar.data.dataset import Dataset
+from hpcvar.util.anonymise import Pseudonymiser, load_salt
 from test_campaign import PROFILE
 
 pytestmark = [pytest.mark.slow, pytest.mark.whole_machine]

@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from hpcvar import linkcounters
 from hpcvar.dev import testbed as tb
-from hpcvar.topology import Topology
+from hpcvar.system import linkcounters
+from hpcvar.system.topology import Topology
 
 
 @pytest.mark.parametrize("kwargs,message", [

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from hpcvar.parsers.errors import ParseError
-from hpcvar.topology import LOCALITY_CLASSES, LOCALITY_DFPLUS_CLASSES, Topology, cname_location
+from hpcvar.system.topology import LOCALITY_CLASSES, LOCALITY_DFPLUS_CLASSES, Topology, cname_location
 
 # --- Cray XC cnames ---------------------------------------------------------------------------
 # cname c<col>-<row>c<chassis>s<slot>n<node>: the router is the blade (cname without the node),

@@ -76,7 +76,7 @@ def test_fanned_out_per_dataset_the_analyses_write_the_same_summaries(main_job, 
     import shutil
 
     from hpcvar.analyses.registry import ANALYSES
-    from hpcvar.dataset import Dataset
+    from hpcvar.data.dataset import Dataset
 
     copy = tmp_path / "wf"
     shutil.copytree(main_job.workdir, copy, symlinks=True)

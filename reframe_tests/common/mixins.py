@@ -21,7 +21,7 @@ import reframe as rfm
 import reframe.utility.typecheck as typ
 from reframe.core.builtins import run_after, run_before, variable
 
-from hpcvar.rawlayout import APP_OUTPUT
+from hpcvar.data.rawlayout import APP_OUTPUT
 
 REPO = Path(__file__).resolve().parents[2]
 

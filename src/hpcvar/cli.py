@@ -35,14 +35,14 @@ def cmd_simulate(a) -> int:
 
 
 def cmd_collate(a) -> int:
-    from hpcvar.anonymise import Pseudonymiser, load_salt
     from hpcvar.collate import check_systems, collate
+    from hpcvar.data.summary import format_summary
     from hpcvar.parsers.errors import ParseError
-    from hpcvar.summary import format_summary
+    from hpcvar.util.anonymise import Pseudonymiser, load_salt
 
-    from hpcvar.dataset import COLLATED, Dataset
-    from hpcvar.fileio import atomic_write_json
-    from hpcvar.schema import SchemaError
+    from hpcvar.data.dataset import COLLATED, Dataset
+    from hpcvar.data.schema import SchemaError
+    from hpcvar.util.fileio import atomic_write_json
 
     pseudo = Pseudonymiser(load_salt(a.salt_file) if a.anonymise else None, enabled=a.anonymise)
     try:
@@ -67,7 +67,7 @@ def cmd_collate(a) -> int:
 
 def inspect_path(path: str) -> dict:
     """``parsers.inspect`` for a file; a dataset directory is described, any other one refused."""
-    from hpcvar.dataset import Dataset
+    from hpcvar.data.dataset import Dataset
     from hpcvar.parsers import inspect
 
     if not Path(path).is_dir():
@@ -99,7 +99,7 @@ def cmd_inspect(a) -> int:
 
 
 def cmd_summary(a) -> int:
-    from hpcvar.summary import format_summary
+    from hpcvar.data.summary import format_summary
 
     text = format_summary(a.dataset)
     if a.out:
@@ -227,9 +227,9 @@ def cmd_compare(a) -> int:
 
 
 def cmd_report(a) -> int:
-    from hpcvar.anonymise import Pseudonymiser, load_salt
     from hpcvar.report import build
     from hpcvar.results import ResultError
+    from hpcvar.util.anonymise import Pseudonymiser, load_salt
 
     pseudo = Pseudonymiser(load_salt(a.salt_file)) if a.anonymise else None
     try:
@@ -265,9 +265,9 @@ def cmd_import_reframe(a) -> int:
 
 
 def cmd_import_neighbourhood(a) -> int:
-    from hpcvar.anonymise import Pseudonymiser, load_salt
-    from hpcvar.neighbourhood_import import RefusedTables, import_tables
-    from hpcvar.schema import SchemaError
+    from hpcvar.collate.neighbourhood_import import RefusedTables, import_tables
+    from hpcvar.data.schema import SchemaError
+    from hpcvar.util.anonymise import Pseudonymiser, load_salt
 
     pseudo = Pseudonymiser(load_salt(a.salt_file) if a.anonymise else None, enabled=a.anonymise)
     try:
@@ -295,7 +295,7 @@ def cmd_sample(a) -> int:
 
 
 def cmd_schema(a) -> int:
-    from hpcvar.schema import markdown
+    from hpcvar.data.schema import markdown
 
     print(markdown())
     return 0
@@ -364,11 +364,11 @@ def cmd_interference(a) -> int:
 
 def cmd_interference_run(a) -> int:
     from hpcvar.analyses.interference import analyse
-    from hpcvar.anonymise import Pseudonymiser, load_salt
     from hpcvar.campaign.interference import ExperimentRunError, run
     from hpcvar.collate import collate
     from hpcvar.experiments.spec import load_experiment
     from hpcvar.parsers.errors import ParseError
+    from hpcvar.util.anonymise import Pseudonymiser, load_salt
 
     overrides = {k: yaml_value(v) for k, v in _kv(getattr(a, "set", [])).items()}
     out = Path(a.out)

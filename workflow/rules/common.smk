@@ -49,7 +49,7 @@ def analysed_datasets(wildcards):
     """The collated dataset's names, once the collate checkpoint has run: the analyses fan out
     over them (one job per analysis and dataset, analyses.smk)."""
     checkpoints.collate.get()
-    from hpcvar.dataset import Dataset
+    from hpcvar.data.dataset import Dataset
 
     return sorted(Dataset(DATASET).read("runs")["dataset"].dropna().unique())
 

@@ -22,7 +22,7 @@ import reframe as rfm
 import reframe.utility.sanity as sn
 from reframe.core.builtins import fixture, parameter, run_before, sanity_function, variable
 
-from hpcvar.grids import factor
+from hpcvar.util.grids import factor
 
 from ...common.app import AppRun
 from ...common.mixins import node_counts, sized

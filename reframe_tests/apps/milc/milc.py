@@ -17,7 +17,7 @@ import reframe as rfm
 import reframe.utility.sanity as sn
 from reframe.core.builtins import fixture, parameter, run_after, run_before, variable
 
-from hpcvar.grids import factor
+from hpcvar.util.grids import factor
 
 from ...common.app import AppRun
 from ...common.mixins import REPO, node_counts, sized

@@ -4,7 +4,7 @@ Table I ran ``SuOlsonTest custom_8k.cmg 4 2 4 4 4 0.04``: a .cmg mesh deck with 
 rank (8,192 ranks on 128 nodes x 64), 4 energy groups, product quadrature (type 2) of order 4
 with 4 polar and 4 azimuthal angles. The deck is not in the UMT 2.0 tarball; the test writes it
 into the stage directory in the format of the decks the tarball ships (benchmarks/*.cmg): the
-rank grid from ``hpcvar.grids.factor`` (8,192 -> 32 x 16 x 16; ``custom_8k.cmg``) with
+rank grid from ``hpcvar.util.grids.factor`` (8,192 -> 32 x 16 x 16; ``custom_8k.cmg``) with
 ``zones_per_rank`` zones per block (3 x 6 x 8 as all shipped decks), 10% of the hexes
 subdivided, seed 10. Toy-sized (HPCVAR_RFM_SIZE=toy) the same input runs on 2 ranks
 (``custom_2.cmg``, 2 x 1 x 1 blocks): same per-rank work, seconds per run.
@@ -21,7 +21,7 @@ import reframe as rfm
 import reframe.utility.sanity as sn
 from reframe.core.builtins import fixture, parameter, run_before, variable
 
-from hpcvar.grids import factor
+from hpcvar.util.grids import factor
 
 from ...common.app import AppRun
 from ...common.mixins import REPO, node_counts

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hpcvar.dataset import Dataset
+from hpcvar.data.dataset import Dataset
 from hpcvar.defaults import FEATURE_GROUPS
 
 #: Feature groups of the paper's ablations (Section V-C): job counters, then placement, io, sys.
@@ -68,8 +68,8 @@ def step_frame(data: dict, dataset: str) -> pd.DataFrame:
 def feature_columns(frame: pd.DataFrame, feature_set: str) -> list[str]:
     """Columns of one feature set (``job`` counters, ``placement``, ``io`` or ``sys`` counters,
     ``neighbours``: the presence columns :func:`neighbour_presence` added)."""
-    from hpcvar.aries import TABLE2
-    from hpcvar.linkcounters import LINK_COUNTERS
+    from hpcvar.system.aries import TABLE2
+    from hpcvar.system.linkcounters import LINK_COUNTERS
 
     if feature_set == "job":
         return [c for c in (*TABLE2, *LINK_COUNTERS) if c in frame.columns] + sorted(

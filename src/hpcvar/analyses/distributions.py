@@ -15,7 +15,7 @@ bounds; listed in docs/settings.md; ``--set key=value`` on the command line). Wh
 latencies (null S chooses S per distribution so the C bins just cover ``[0, max]``, see
 :func:`log_bin_size`; S 0.05 with 256 bins reproduces ``hpcvar-confidence``'s own bins, values
 beyond the last edge then sharing an open last bin); ``b_buckets`` splits the runs at quantiles
-of their ``bg_traffic`` (the b heuristic of Salimi Beni et al., :mod:`hpcvar.background`) into
+of their ``bg_traffic`` (the b heuristic of Salimi Beni et al., :mod:`hpcvar.system.background`) into
 that many equally full buckets, because b's range depends on the machine's occupancy.
 What :func:`run` writes to ``summary.json``, and the names of its files, are defined in
 :mod:`hpcvar.results.distributions`.

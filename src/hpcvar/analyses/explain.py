@@ -47,14 +47,14 @@ import numpy as np
 import pandas as pd
 
 from hpcvar.analyses.common import step_frame
-from hpcvar.dataset import Dataset
-from hpcvar.progress import Progress
+from hpcvar.data.dataset import Dataset
 from hpcvar.results import ResultError
 from hpcvar.results.deviation import DeviationResult
 from hpcvar.results.explain import (LABELS, Cause, CategoryShare, CounterEvidence, ExplainDataset, ExplainResult,
                                     NeighbourEvidence, PlacementEvidence, RunExplanation, StepTime)
 from hpcvar.results.neighbourhood import NeighbourhoodDataset, NeighbourhoodResult
 from hpcvar.settings import ExplainSettings
+from hpcvar.util.progress import Progress
 
 #: The placement columns of the attribution model.
 PLACEMENT = ("num_routers", "num_groups")
@@ -86,8 +86,8 @@ def category(feature: str) -> str:
 
 def describe(feature: str) -> str:
     """What a feature counts and where it was measured, in words."""
-    from hpcvar.linkcounters import base_name
-    from hpcvar.linkcounters import meaning as link_meaning
+    from hpcvar.system.linkcounters import base_name
+    from hpcvar.system.linkcounters import meaning as link_meaning
 
     if feature == "num_groups":
         return "dragonfly groups the run spans"

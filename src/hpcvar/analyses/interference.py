@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hpcvar.dataset import Dataset
+from hpcvar.data.dataset import Dataset
 from hpcvar.results.interference import InterferenceResult
 
 SLOWDOWNS = ("slowdown_total", "slowdown_comm", "slowdown_latency")

@@ -23,13 +23,13 @@ import numpy as np
 import pandas as pd
 
 from hpcvar.analyses.common import PALETTE, records, savefig, subplots
-from hpcvar.dataset import Dataset
+from hpcvar.data.dataset import Dataset
+from hpcvar.data.summary import dataset_summary
 from hpcvar.results import clean
 from hpcvar.results.overview import (Campaign, Coverage, DatasetSpread, MPIProfile, OverviewDataset, OverviewResult,
                                      Placement, StepSpread)
 from hpcvar.settings import OverviewSettings, SettingsError
-from hpcvar.summary import dataset_summary
-from hpcvar.topology import LOCALITY_CLASSES
+from hpcvar.system.topology import LOCALITY_CLASSES
 
 LOCALITY_ORDER = [*LOCALITY_CLASSES, "unknown"]
 

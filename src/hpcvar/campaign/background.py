@@ -49,7 +49,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hpcvar.fileio import atomic_write_json
+from hpcvar.util.fileio import atomic_write_json
 
 KINDS = ("global-traffic", "group-traffic", "cpu")
 TRUTH = "truth.json"
@@ -144,7 +144,7 @@ class Planted:
 
 
 def _groups(topology: str) -> dict[str, list[str]]:
-    from hpcvar.topology import Topology
+    from hpcvar.system.topology import Topology
 
     topo = Topology.from_file(topology)
     return {g: sorted(topo.table.index[topo.table["group"] == g]) for g in topo.groups}

@@ -43,12 +43,12 @@ from pathlib import Path
 import pandas as pd
 
 from hpcvar.campaign.reframe_import import import_reports, run_id_of
+from hpcvar.data.rawlayout import TOPOLOGY
 from hpcvar.experiments.placement import Placement, PlacementError, place_jobs, seeded_rng
 from hpcvar.experiments.spec import Experiment, JobSpec, SlurmSpec
-from hpcvar.fileio import atomic_path
-from hpcvar.naming import slug
-from hpcvar.rawlayout import TOPOLOGY
-from hpcvar.topology import Topology
+from hpcvar.system.topology import Topology
+from hpcvar.util.fileio import atomic_path
+from hpcvar.util.naming import slug
 
 #: Experiment ``test`` -> (ReFrame test, the family ``HPCVAR_RFM_NODES`` sets node counts of).
 TESTS: dict[str, tuple[str, str]] = {

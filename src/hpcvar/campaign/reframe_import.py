@@ -32,13 +32,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from hpcvar.fileio import atomic_path, atomic_write_text
+from hpcvar.data.rawlayout import (APP_OUTPUT, COUNTERS, MPIP_SUFFIX, RUNS_DIR, RUN_LDMS_DIR, SACCT, STDOUT,
+                                   SYSTEM_FILE, TOPOLOGY, is_complete, read_system, write_manifest, write_system)
 from hpcvar.parsers import ldms, node_counters
 from hpcvar.parsers.errors import ParseError
 from hpcvar.parsers.reframe import final_attempts
-from hpcvar.progress import Progress
-from hpcvar.rawlayout import (APP_OUTPUT, COUNTERS, MPIP_SUFFIX, RUNS_DIR, RUN_LDMS_DIR, SACCT, STDOUT, SYSTEM_FILE,
-                              TOPOLOGY, is_complete, read_system, write_manifest, write_system)
+from hpcvar.util.fileio import atomic_path, atomic_write_text
+from hpcvar.util.progress import Progress
 
 #: sacct fields written to sacct.txt (collate needs User, Submit, Start, End, State, NNodes, NodeList).
 SACCT_FORMAT = "JobID,JobName,User,Account,Partition,Submit,Start,End,Elapsed,Timelimit,State,ExitCode,NNodes,NodeList"

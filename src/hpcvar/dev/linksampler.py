@@ -4,7 +4,7 @@ written as an LDMS ``store_csv`` store (``hpcvar dev slurm up --nodes ...`` star
 Per router (LDMS ``ProducerName`` = the router's name in the topology map, ``component_id`` =
 its group number) and per link end the router transmits on (``name#dev`` columns, the device
 named after the router or node at the far end: ``GL_TX_BYTES#r1``, ``NL_TX_BYTES#n02``), the
-cumulative values (counter names: :mod:`hpcvar.linkcounters`), all from the link's ``tbf`` queue:
+cumulative values (counter names: :mod:`hpcvar.system.linkcounters`), all from the link's ``tbf`` queue:
 
 * ``TX_BYTES``, ``TX_PKTS``: bytes and packets it passed on;
 * ``DROPS``, ``OVERLIMITS``: packets dropped, and times a packet had to wait for tokens (both
@@ -31,8 +31,8 @@ import numpy as np
 from pyroute2 import NetNS
 
 from hpcvar.dev.testbed import TestbedSpec
-from hpcvar.linkcounters import LINK_METRICS
 from hpcvar.parsers.ldms import StoreCsvWriter
+from hpcvar.system.linkcounters import LINK_METRICS
 
 STORE_NAME = "links"
 

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpcvar.dev import testbed as tb
-from hpcvar.fileio import atomic_path
+from hpcvar.util.fileio import atomic_path
 
 DEFAULT_DIR = "/var/tmp/hpcvar-slurm"
 ENV_DIR = "HPCVAR_SLURM_DIR"

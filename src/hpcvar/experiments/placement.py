@@ -1,7 +1,7 @@
 """Placement policies: which nodes each job of an experiment gets.
 
 A policy (:data:`PLACEMENT_POLICIES`) chooses a job's node list on any
-:class:`hpcvar.topology.Topology` - random nodes, random (whole) routers, random (whole) groups as
+:class:`hpcvar.system.topology.Topology` - random nodes, random (whole) routers, random (whole) groups as
 in the Union study, and same group / same island / different islands as in the Dragonfly+
 locality study (Salimi Beni and Cosenza, CLUSTER 2022). :func:`place_jobs` places a workload's jobs
 one after another without overlap; :class:`Placement` records a job's nodes with the routers,
@@ -21,7 +21,7 @@ import hostlist
 import numpy as np
 import pandas as pd
 
-from hpcvar.topology import Topology
+from hpcvar.system.topology import Topology
 
 
 def seeded_rng(seed: int, *keys: int) -> np.random.Generator:

@@ -10,7 +10,7 @@ by the simulator. Format, version 1::
 
 ``step`` is the 1-based time step; every other column is the *change* of a counter over that
 step, summed over the routers serving the job's nodes. Column names may be per tile
-(``AR_RTR_3_5_...``), tile-less, or Table II abbreviations: :func:`hpcvar.aries.to_table2`
+(``AR_RTR_3_5_...``), tile-less, or Table II abbreviations: :func:`hpcvar.system.aries.to_table2`
 normalises them.
 """
 
@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hpcvar import aries
 from hpcvar.parsers.errors import ParseError
+from hpcvar.system import aries
 
 MAGIC = "# hpcvar step counters v1"
 KIND = "step_counters"

@@ -62,8 +62,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hpcvar.fileio import atomic_write_text
 from hpcvar.parsers.errors import ParseError
+from hpcvar.util.fileio import atomic_write_text
 
 _MAGIC = re.compile(r"^# hpcvar (collectives|overtime phases|overtime iterations|confidence histogram|"
                     r"confidence minima|confidence samples|aggressor) v(\d+)\s*$")

@@ -5,7 +5,7 @@ and the analyses' ``summary.json`` files.
 Where each number comes from:
 
 - campaign and per-dataset figures: the dataset's tables, drawn by :mod:`hpcvar.report.figures`;
-  the run counts and slowest/fastest ratios by :func:`hpcvar.summary.dataset_summary` (the same
+  the run counts and slowest/fastest ratios by :func:`hpcvar.data.summary.dataset_summary` (the same
   function that writes ``summary.txt``);
 - neighbourhood, deviation and forecasting: the analyses' ``summary.json`` and figures, the
   same numbers each analysis logged to MLflow (the report reads, it never recomputes them).

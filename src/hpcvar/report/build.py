@@ -17,21 +17,21 @@ import jinja2
 import pandas as pd
 import yaml
 
-from hpcvar.anonymise import Pseudonymiser
-from hpcvar.dataset import Dataset
-from hpcvar.fileio import atomic_write_text
-from hpcvar.naming import slug
+from hpcvar.data.dataset import Dataset
 from hpcvar.report import figures as F
 from hpcvar.results import Record, Result
 from hpcvar.results.compare import CompareResult
 from hpcvar.results.deviation import DeviationResult
-from hpcvar.results.explain import LABELS, ExplainDataset, ExplainResult, RunExplanation
 from hpcvar.results.distributions import (Conditions, Description, DistributionsDataset, DistributionsResult,
                                           HistogramSummary, Histograms)
+from hpcvar.results.explain import LABELS, ExplainDataset, ExplainResult, RunExplanation
 from hpcvar.results.forecast import REPORTED_MODELS, ForecastResult
 from hpcvar.results.interference import InterferenceResult
 from hpcvar.results.neighbourhood import NeighbourhoodResult, PearsonRankedUser, RankedUser
 from hpcvar.results.overview import Campaign, Coverage, DatasetSpread, OverviewDataset, OverviewResult, RoutineShare
+from hpcvar.util.anonymise import Pseudonymiser
+from hpcvar.util.fileio import atomic_write_text
+from hpcvar.util.naming import slug
 
 #: Section ids, in report order (the browser test and the Snakemake categories use them).
 SECTIONS = ("findings", "campaign", "datasets", "neighbourhood", "deviation", "forecast", "placement", "background",
@@ -126,7 +126,7 @@ def _num(v, fmt: str) -> str:
 
 def _counter(name: str) -> str:
     """A counter's name, with what it counts for the link counters of a non-Aries fabric."""
-    from hpcvar.linkcounters import meaning
+    from hpcvar.system.linkcounters import meaning
 
     words = meaning(name)
     return f"{name} ({words})" if words else name

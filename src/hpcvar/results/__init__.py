@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError
 
-from hpcvar.fileio import atomic_write_json
+from hpcvar.util.fileio import atomic_write_json
 
 SUMMARY = "summary.json"
 

@@ -7,10 +7,10 @@ import typing
 from pathlib import Path
 from typing import Literal
 
-from hpcvar.naming import slug
 from hpcvar.results import Record, Result
 from hpcvar.results._common import Mode
 from hpcvar.settings import CompareSettings
+from hpcvar.util.naming import slug
 
 
 class Source(Record):

@@ -11,10 +11,10 @@ import typing
 from pathlib import Path
 from typing import Literal
 
-from hpcvar.naming import slug
 from hpcvar.results import Record, Result
 from hpcvar.results._common import MLflowRuns, Mode
 from hpcvar.settings import DistributionsSettings
+from hpcvar.util.naming import slug
 
 
 class Moments(Record):

@@ -94,7 +94,7 @@ class Placement(Record):
 
     r_num_groups: float | None  # null when it cannot be computed (2 runs or fewer, constant spread)
     r_num_routers: float | None
-    locality: dict[str, LocalityTimes]  # in the order of hpcvar.topology.LOCALITY_CLASSES, unknown last
+    locality: dict[str, LocalityTimes]  # in the order of hpcvar.system.topology.LOCALITY_CLASSES, unknown last
 
 
 class OverviewDataset(Record):

@@ -35,16 +35,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from hpcvar.data.rawlayout import (COUNTERS, PERFLOGS_DIR, RUNS_DIR, SACCT, STDOUT, SYSTEM_FILE, TOPOLOGY, read_system,
+                                   write_manifest, write_system)
 from hpcvar.parsers import counters as counter_files
-from hpcvar.progress import Progress
-from hpcvar.rawlayout import (COUNTERS, PERFLOGS_DIR, RUNS_DIR, SACCT, STDOUT, SYSTEM_FILE, TOPOLOGY, read_system,
-                              write_manifest, write_system)
 from hpcvar.simulate import model, writers
 from hpcvar.simulate.microbench import MicrobenchmarkRuns
 from hpcvar.simulate.presets import DatasetSpec, Preset, get_preset
 from hpcvar.simulate.schedule import CAMPAIGN_ACCOUNT, CAMPAIGN_UID, Background, build_schedule
 from hpcvar.simulate.system import build_topology, make_users
 from hpcvar.simulate.truth import TruthRecorder
+from hpcvar.util.progress import Progress
 
 FAILURE_RATE = 0.02  # share of our runs that fail (node failure / timeout) and must not be collated
 

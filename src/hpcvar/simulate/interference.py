@@ -88,11 +88,11 @@ import yaml
 
 from hpcvar.experiments.placement import Placement, PlacementError, place_jobs, seeded_rng
 from hpcvar.experiments.spec import ROUTINGS, Experiment, ExperimentError, JobSpec, SystemSpec, load_experiment
-from hpcvar.grids import factor
-from hpcvar.progress import Progress
 from hpcvar.results.interference import InterferenceResult
 from hpcvar.simulate.presets import Preset
 from hpcvar.simulate.system import build_topology
+from hpcvar.util.grids import factor
+from hpcvar.util.progress import Progress
 
 GIB = 2.0 ** 30
 

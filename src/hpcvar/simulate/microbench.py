@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from hpcvar.data.rawlayout import RUNS_DIR, SACCT, STDOUT, write_manifest
 from hpcvar.parsers import microbenchmarks
-from hpcvar.rawlayout import RUNS_DIR, SACCT, STDOUT, write_manifest
 from hpcvar.simulate.writers import hostlist
 
 DATASET_APP = "collectives"

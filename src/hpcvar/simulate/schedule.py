@@ -18,7 +18,7 @@ from hpcvar.simulate import model
 from hpcvar.simulate.presets import Preset
 from hpcvar.simulate.system import LARGE_JOB_NODES, Users, make_background_jobs, schedule
 from hpcvar.simulate.writers import TEST_NAMES, nid_hostlist
-from hpcvar.topology import Topology
+from hpcvar.system.topology import Topology
 
 #: Our jobs' Slurm uid and account (the user is the preset's ``campaign_user``).
 CAMPAIGN_UID = 1001

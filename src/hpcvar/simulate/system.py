@@ -15,7 +15,7 @@ import pandas as pd
 
 from hpcvar.settings import NeighbourhoodSettings
 from hpcvar.simulate.presets import Preset
-from hpcvar.topology import Topology
+from hpcvar.system.topology import Topology
 
 #: Other users' jobs larger than this many nodes are large: the neighbourhood analysis's default
 #: ``threshold_nodes``, which every job of the large users exceeds.

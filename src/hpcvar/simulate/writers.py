@@ -20,11 +20,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from hpcvar.data.rawlayout import MPIP_SUFFIX
 from hpcvar.parsers import apps, ldms, mpip, reframe, sacct
-from hpcvar.rawlayout import MPIP_SUFFIX
 from hpcvar.simulate import model
 from hpcvar.simulate.presets import DatasetSpec
-from hpcvar.topology import Topology
+from hpcvar.system.topology import Topology
 
 SACCT_FIELDS = ["JobID", "JobIDRaw", "JobName", "User", "UID", "Account", "Partition", "Submit", "Start",
                 "End", "Elapsed", "State", "ExitCode", "NNodes", "NodeList"]

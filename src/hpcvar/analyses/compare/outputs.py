@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 
 from hpcvar.analyses.compare.stats import DEFAULT_FAIL_ON, VERDICTS, fmt_g
-from hpcvar.fileio import atomic_path
 from hpcvar.results.compare import CompareResult
+from hpcvar.util.fileio import atomic_path
 
 CSV_COLUMNS = ["test", "variable", "unit", "better", "n_before", "n_after", "median_before", "median_after",
                "shift_pct", "shift_ci_low", "shift_ci_high", "cliffs_delta", "mwu_p", "ks_stat", "ks_p",

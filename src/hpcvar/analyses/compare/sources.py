@@ -203,7 +203,7 @@ def fmt_range(window) -> str:
 
 def dataset_runs(path: str | Path, window=None) -> pd.DataFrame:
     """Completed runs of a dataset that started inside ``window`` ((start, end), inclusive)."""
-    from hpcvar.dataset import Dataset
+    from hpcvar.data.dataset import Dataset
 
     path = Path(path)
     if not (path / "runs").is_dir():
@@ -228,7 +228,7 @@ def dataset_runs(path: str | Path, window=None) -> pd.DataFrame:
 def step_baseline(path: str | Path, window=None) -> pd.DataFrame:
     """Median duration of every (dataset, step) over the window's runs: what ``step_time_rel`` is
     relative to (the BEFORE window's, so a uniform slowdown shows as a shift)."""
-    from hpcvar.dataset import Dataset
+    from hpcvar.data.dataset import Dataset
 
     runs = dataset_runs(path, window)
     steps = Dataset(path).read("steps").merge(runs[["run_id", "dataset"]], on="run_id")
@@ -248,7 +248,7 @@ def dataset_samples(path: str | Path, window=None, baseline: pd.DataFrame | None
       the shape of the distribution within runs, which placement and background load (they move
       whole runs) do not blur.
     """
-    from hpcvar.dataset import Dataset
+    from hpcvar.data.dataset import Dataset
 
     ds = Dataset(path)
     runs = dataset_runs(path, window)

@@ -31,10 +31,10 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from hpcvar.grids import factor
 from hpcvar.parsers.apps._core import (AppOutput, Line, StepClock, TimedText, check_steps, integer, number,
                                        steps_frame, truncated)
 from hpcvar.parsers.errors import ParseError
+from hpcvar.util.grids import factor
 
 PROGRAM = "hpcvar-amgproxy"
 #: The first line: program, version and the hypre it was built against.

@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hpcvar.parsers.apps._core import AppOutput, Line, StepClock, TimedText, check_steps, integer, number, steps_frame, truncated
-from hpcvar.grids import factor
 from hpcvar.parsers.errors import ParseError
+from hpcvar.util.grids import factor
 
 _VERSION = re.compile(r"MIMD version (\S+)")
 _MACHINE = re.compile(r"Machine = .*, with (\d+) (?:nodes|processors|ranks)\s*")

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from hpcvar.fileio import atomic_write_bytes
 from hpcvar.parsers.errors import ParseError
 from hpcvar.parsers.ldms.store import REORDER_WINDOW, TIME_MSEC, _Layout, _plan
+from hpcvar.util.fileio import atomic_write_bytes
 
 
 # --------------------------------------------------------------------------------- slicing

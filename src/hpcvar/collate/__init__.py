@@ -1,7 +1,7 @@
 """Raw campaign directory -> tidy dataset (``hpcvar collate RAW_DIR --out DATASET_DIR``).
 
 Reads the raw layout documented in ``docs/raw-layout.md`` (its shared files through
-:mod:`hpcvar.rawlayout`): ``system.yaml``, the topology map, ``runs/<run_id>/`` directories (each
+:mod:`hpcvar.data.rawlayout`): ``system.yaml``, the topology map, ``runs/<run_id>/`` directories (each
 complete only once its ``manifest.json`` exists), ReFrame perflogs, and LDMS store_csv files. For
 every run not yet in the dataset it parses the run's files; a run whose files are bad is
 quarantined as a whole (file, line, error) and the rest collate. Runs whose Slurm state is not
@@ -10,6 +10,9 @@ per run step in one streaming pass over the LDMS files.
 
 Collation is idempotent: runs already in the dataset are skipped, so re-running gives identical
 tables, and appending a round never rewrites earlier parts.
+
+The other way into a dataset, from plain per-run tables instead of a raw directory, is
+:mod:`hpcvar.collate.neighbourhood_import` (``hpcvar import-neighbourhood``).
 """
 
 from __future__ import annotations
@@ -23,16 +26,16 @@ import hostlist
 import numpy as np
 import pandas as pd
 
-from hpcvar import aries, background, linkcounters
-from hpcvar.anonymise import Pseudonymiser
-from hpcvar.dataset import Dataset
+from hpcvar.data.dataset import Dataset
+from hpcvar.data.rawlayout import (COUNTERS, MANIFEST, MPIP_SUFFIX, PERFLOGS_DIR, RUNS_DIR, RUN_LDMS_DIR, SACCT, STDOUT,
+                                   SYSTEM_FILE, SystemInfo, is_complete, read_manifest)
 from hpcvar.parsers import apps, ldms, microbenchmarks, mpip, node_counters, reframe, sacct
 from hpcvar.parsers import counters as counter_files
 from hpcvar.parsers.errors import ParseError, TruncatedOutput
-from hpcvar.progress import Progress
-from hpcvar.rawlayout import (COUNTERS, MANIFEST, MPIP_SUFFIX, PERFLOGS_DIR, RUNS_DIR, RUN_LDMS_DIR, SACCT, STDOUT,
-                              SYSTEM_FILE, SystemInfo, is_complete, read_manifest)
-from hpcvar.topology import Topology
+from hpcvar.system import aries, background, linkcounters
+from hpcvar.system.topology import Topology
+from hpcvar.util.anonymise import Pseudonymiser
+from hpcvar.util.progress import Progress
 
 
 #: sacct fields collation needs (parsed column -> sacct field name).
@@ -143,7 +146,7 @@ def neighbourhood(jobs: pd.DataFrame, me: pd.Series, topo: Topology, my_routers:
 
 
 def _background(jobs: pd.DataFrame | None, me: pd.Series, topo: Topology) -> dict:
-    """The ``bg_*`` run columns: background traffic ``b`` at the job's start (:mod:`hpcvar.background`),
+    """The ``bg_*`` run columns: background traffic ``b`` at the job's start (:mod:`hpcvar.system.background`),
     null without sacct; ``system_nodes`` (N_t) always."""
     n_t = len(topo.compute_nodes)
     if jobs is None:
@@ -376,7 +379,7 @@ def system_counters(ldms_dir: Path, topo: Topology, runs: list[RunData], result:
     """Mean per-router counter change per run step, over I/O routers and over routers without our nodes.
 
     Aries router counters (producers: nodes, mapped to their routers) and the link counters of
-    :mod:`hpcvar.linkcounters` (producers: the routers themselves, as the testbed's link sampler
+    :mod:`hpcvar.system.linkcounters` (producers: the routers themselves, as the testbed's link sampler
     writes them). Link counters also get the scope ``job``, the routers serving the run's nodes,
     summed (the caller moves them to the run's step counters).
 

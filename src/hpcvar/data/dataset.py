@@ -3,7 +3,7 @@
 Layout of a dataset directory::
 
     <dir>/runs/part-<round>.parquet        one part per collation round, never rewritten
-    <dir>/steps/part-<round>.parquet       ... same for every table in hpcvar.schema.TABLES
+    <dir>/steps/part-<round>.parquet       ... same for every table in hpcvar.data.schema.TABLES
     <dir>/quarantine.jsonl                 raw files set aside, one JSON object per line (appended)
     <dir>/collated.json                    what the last collation added (new, skipped, failed runs)
 
@@ -23,8 +23,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from hpcvar.fileio import atomic_path
-from hpcvar.schema import TABLES, SchemaError, conform
+from hpcvar.data.schema import TABLES, SchemaError, conform
+from hpcvar.util.fileio import atomic_path
 
 
 #: What the last collation did (written last by ``hpcvar collate``; the workflow's collate output).

@@ -9,7 +9,7 @@ what reads it (``hpcvar collate``) goes through this module for the files they s
   without one is still being written, :func:`is_complete`) and :func:`read_manifest` (checked
   against the files' :func:`sha256`).
 
-Files are written atomically (:mod:`hpcvar.fileio`).
+Files are written atomically (:mod:`hpcvar.util.fileio`).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from pathlib import Path
 
 import yaml
 
-from hpcvar.fileio import atomic_write_json, atomic_write_text
 from hpcvar.parsers.errors import ParseError
+from hpcvar.util.fileio import atomic_write_json, atomic_write_text
 
 #: A run directory's manifest: its presence marks the run complete.
 MANIFEST = "manifest.json"

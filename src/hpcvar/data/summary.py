@@ -6,7 +6,7 @@ from collections import Counter
 
 import pandas as pd
 
-from hpcvar.dataset import Dataset
+from hpcvar.data.dataset import Dataset
 
 
 def dataset_summary(path) -> pd.DataFrame:

@@ -26,9 +26,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from hpcvar.anonymise import Pseudonymiser
-from hpcvar.dataset import Dataset
+from hpcvar.data.dataset import Dataset
 from hpcvar.parsers.errors import ParseError
+from hpcvar.util.anonymise import Pseudonymiser
 
 RUN_FIELDS = ("run_id", "dataset", "total_time_s", "start", "end")
 RUN_OPTIONAL = ("num_nodes", "job_id", "user")

@@ -1,7 +1,7 @@
 """The tidy dataset's schema: tables, columns, types, keys, and what each column means.
 
 This module is the single definition; ``docs/dataset.md`` is generated from it
-(``hpcvar schema --markdown``) and :mod:`hpcvar.dataset` validates every table against it
+(``hpcvar schema --markdown``) and :mod:`hpcvar.data.dataset` validates every table against it
 before anything is written.
 
 All times are UTC. Every table is keyed by ``run_id`` (plus its own key columns), so tables
@@ -83,7 +83,7 @@ RUNS = Table(
                                            "is its own island, so same-island cannot occur. Null only in parts "
                                            "collated before the column existed."),
         _c("bg_traffic", pa.float64(), "Background traffic estimate b = (N_c/N_t)(N'_c/N_a)100 in [0, 100] at the "
-                                       "job's start (Salimi Beni 2022; hpcvar.background); null without sacct "
+                                       "job's start (Salimi Beni 2022; hpcvar.system.background); null without sacct "
                                        "(ReFrame's local scheduler) and in parts collated before the column existed."),
         _c("bg_nodes_alloc", pa.int32(), "N_a: nodes of all other jobs running at the job's start, with "
                                          "multiplicity (a node shared by two jobs counts twice); null without sacct."),
@@ -293,10 +293,10 @@ def _to_arrow(values: pd.Series, type_: pa.DataType) -> pa.Array:
 def markdown() -> str:
     """The schema as Markdown (the body of docs/dataset.md)."""
     out = ["# The tidy dataset", "",
-           "Generated from `src/hpcvar/schema.py` by `hpcvar schema --markdown`; do not edit by hand.", "",
+           "Generated from `src/hpcvar/data/schema.py` by `hpcvar schema --markdown`; do not edit by hand.", "",
            "Stored as Parquet under `<dataset dir>/<table>/part-*.parquet` (one part per collation "
            "round, never rewritten). All times are UTC. Read a table with "
-           "`hpcvar.dataset.Dataset(path).read('runs')` or `pandas.read_parquet('<dir>/runs')`.", ""]
+           "`hpcvar.data.dataset.Dataset(path).read('runs')` or `pandas.read_parquet('<dir>/runs')`.", ""]
     for t in TABLES.values():
         out += [f"## `{t.name}`", "", t.doc, "", f"Key: `{', '.join(t.key)}`", "",
                 "| column | type | null | meaning |", "|---|---|---|---|"]

@@ -70,7 +70,7 @@ class Topology:
 
     The optional ``island`` column must be set for every node and put each group in one island;
     without it every group is its own island (:attr:`has_islands` is False). ``compute_nodes`` are
-    the nodes with role ``compute`` (the system's N_t nodes for :mod:`hpcvar.background`).
+    the nodes with role ``compute`` (the system's N_t nodes for :mod:`hpcvar.system.background`).
     """
 
     def __init__(self, table: pd.DataFrame, nodes_per_router: int | None = None, source: str = ""):
