@@ -140,6 +140,22 @@ def test_sampler_on_fake_sysfs_with_wrap_and_reset(tmp_path):
     (reset,) = d.attrs["resets"]
     assert reset.metrics == ("net/hsn0/rx_packets",)
 
+    # Collation turns the samples into per-step counters itself (the import only copies the
+    # files): the long table counters.csv would hold, in whole counts, for steps the samples cover.
+    from hpcvar.collate import sampled_step_counters
+
+    spans = frame.groupby(["source", "device", "counter"])["epoch"].agg(["min", "max"])
+    t0, t1 = spans["min"].max(), spans["max"].min()  # what every series covers
+    three = pd.DataFrame({"step": [1, 2, 3], "start": [t0, t0 + (t1 - t0) / 3, t0 + 2 * (t1 - t0) / 3],
+                          "end": [t0 + (t1 - t0) / 3, t0 + 2 * (t1 - t0) / 3, t1]})
+    node_counters.write_step_counters(tmp_path / "counters.csv", node_counters.step_deltas(frame, three))
+    got = sampled_step_counters([written], three)
+    assert got.equals(counters.read(tmp_path / "counters.csv"))
+    assert set(got["counter"]) >= {"net.rx_bytes", "net.tx_bytes", "cxi.hni_rx_paused_0"} and len(got) == 3 * got["counter"].nunique()
+    late = three.assign(end=three["end"] + (t1 - t0))  # the last steps end after the last sample
+    with pytest.raises(ValueError, match="not covered by every node's samples"):
+        sampled_step_counters([written], late)
+
 
 def test_sampler_sees_loopback_traffic(tmp_path):
     """Real /sys/class/net: bytes sent over a loopback TCP connection show up in lo's rx_bytes."""

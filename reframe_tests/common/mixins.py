@@ -21,7 +21,7 @@ import reframe as rfm
 import reframe.utility.typecheck as typ
 from reframe.core.builtins import run_after, run_before, variable
 
-from hpcvar.data.rawlayout import APP_OUTPUT
+from hpcvar.data.rawlayout import APP_OUTPUT, NODE_COUNTERS, NODE_COUNTERS_GLOB
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -127,7 +127,7 @@ class CounterSampler(rfm.RegressionTestPlugin):
     def _start_sampler(self):
         if not self.sample_counters:
             return
-        cmd = (f"{self.hpcvar} sample --out 'node-counters-{{hostname}}.csv' "
+        cmd = (f"{self.hpcvar} sample --out '{NODE_COUNTERS}' "
                f"--interval {self.sample_interval} --sources {self.sample_sources}")
         stop = "kill -TERM $HPCVAR_SAMPLER_PID 2>/dev/null"
         if self.current_partition.scheduler.registered_name == "slurm":
@@ -142,8 +142,8 @@ class CounterSampler(rfm.RegressionTestPlugin):
         nodes = "$SLURM_JOB_NUM_NODES" if self.current_partition.scheduler.registered_name == "slurm" else "1"
         # The job starts once every sampler has written its first sample (at most 30 s, and not
         # once the samplers are gone), so the samples cover the first step too.
-        wait = (f"for i in $(seq 150); do [ $(ls node-counters-*.csv 2>/dev/null | wc -l) -ge {nodes} ] && break; "
+        wait = (f"for i in $(seq 150); do [ $(ls {NODE_COUNTERS_GLOB} 2>/dev/null | wc -l) -ge {nodes} ] && break; "
                 "kill -0 $HPCVAR_SAMPLER_PID 2>/dev/null || break; sleep 0.2; done")
         self.prerun_cmds += [f"{cmd} &", "HPCVAR_SAMPLER_PID=$!", wait]
-        self.keep_files += ["node-counters-*.csv"]
+        self.keep_files += [NODE_COUNTERS_GLOB]
         self.postrun_cmds += [f"{stop}; wait $HPCVAR_SAMPLER_PID || true"]

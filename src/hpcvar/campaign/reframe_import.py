@@ -9,8 +9,9 @@ report of a later round, only adds what is new.
 * run id: ``<system>-<job id>`` for batch jobs (Slurm ids are unique); ``<system>-<session>-<pid>``
   for ReFrame's local scheduler, whose job ids are process ids.
 * applications: ``app.out`` (output timestamped by ``ts``) becomes ``stdout.txt``; the node
-  samplers' files are kept and their changes over each time step written to ``counters.csv``;
-  mpiP reports are kept.
+  samplers' files and the mpiP reports are kept (collation turns the samples into counters).
+
+The import copies files and writes the manifest; it computes nothing from them.
 * microbenchmarks: their CSV files are kept (collate reads them into ``latency`` and
   ``latency_histograms``), with the job's stdout as ``stdout.txt``.
 * LDMS: with a store (``--ldms``), the rows of the job's window go to ``ldms/`` (:func:`slice_ldms`),
@@ -32,9 +33,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from hpcvar.data.rawlayout import (APP_OUTPUT, COUNTERS, MPIP_SUFFIX, RUNS_DIR, RUN_LDMS_DIR, SACCT, STDOUT,
-                                   SYSTEM_FILE, TOPOLOGY, is_complete, read_system, write_manifest, write_system)
-from hpcvar.parsers import ldms, node_counters
+from hpcvar.data.rawlayout import (APP_OUTPUT, MPIP_SUFFIX, RUNS_DIR, RUN_LDMS_DIR, SACCT, STDOUT, SYSTEM_FILE,
+                                   TOPOLOGY, is_complete, read_system, write_manifest, write_system)
+from hpcvar.parsers import ldms
 from hpcvar.parsers.errors import ParseError
 from hpcvar.parsers.reframe import final_attempts
 from hpcvar.util.fileio import atomic_path, atomic_write_text
@@ -196,18 +197,6 @@ def import_case(case: dict, session: dict, raw: Path, sacct: str = "sacct", ldms
         sliced, ldms_notes = slice_ldms(case, run_dir, ldms_store, ldms_margin)
         files += sliced
         notes += ldms_notes
-    samples = sorted(run_dir.glob("node-counters-*.csv"))
-    if kind == "app" and samples and passed:
-        from hpcvar.parsers import apps
-
-        steps = apps.read(run_dir / STDOUT).steps
-        table = node_counters.step_deltas([node_counters.read(p) for p in samples], steps)
-        try:
-            node_counters.write_step_counters(run_dir / COUNTERS, table)
-            files.append(COUNTERS)
-        except ValueError as exc:  # samples do not cover every step: the run stays, without counters
-            (run_dir / COUNTERS).unlink(missing_ok=True)
-            notes.append(f"counters.csv not written: {exc}")
     app = MICROBENCHMARKS.get(program) or str(case.get("app_name") or program)
     manifest = {
         "run_id": run_id, "app": app, "dataset": case["dataset"], "kind": kind,

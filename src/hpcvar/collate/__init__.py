@@ -27,8 +27,9 @@ import numpy as np
 import pandas as pd
 
 from hpcvar.data.dataset import Dataset
-from hpcvar.data.rawlayout import (COUNTERS, MANIFEST, MPIP_SUFFIX, PERFLOGS_DIR, RUNS_DIR, RUN_LDMS_DIR, SACCT, STDOUT,
-                                   SYSTEM_FILE, SystemInfo, is_complete, read_manifest)
+from hpcvar.data.rawlayout import (COUNTERS, MANIFEST, MPIP_SUFFIX, NODE_COUNTERS_GLOB, PERFLOGS_DIR, RUNS_DIR,
+                                   RUN_LDMS_DIR, SACCT, STDOUT, SYSTEM_FILE, SystemInfo, is_complete, read_manifest)
+from hpcvar.data.schema import MPI_PROFILE, NEIGHBOURHOOD, RUN_COUNTERS, STEP_COUNTERS, SYSTEM_COUNTERS
 from hpcvar.parsers import apps, ldms, microbenchmarks, mpip, node_counters, reframe, sacct
 from hpcvar.parsers import counters as counter_files
 from hpcvar.parsers.errors import ParseError, TruncatedOutput
@@ -54,6 +55,8 @@ class RunData:
     latency: pd.DataFrame | None = None
     latency_histograms: pd.DataFrame | None = None
     run_counters: pd.DataFrame | None = None
+    #: Input of the run set aside (quarantine entries) while the run itself is collated.
+    set_aside: list[dict] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -116,7 +119,8 @@ def _our_job(jobs: pd.DataFrame, job_id: str, path: Path) -> pd.Series:
     return mine.iloc[-1]
 
 
-NEIGHBOUR_COLUMNS = ["job_id", "user", "num_nodes", "overlap_s", "shared_groups", "shared_routers", "start", "end"]
+#: The neighbourhood table's columns but the run id (added per run).
+NEIGHBOUR_COLUMNS = [c for c in NEIGHBOURHOOD.column_names if c != "run_id"]
 
 
 def neighbourhood(jobs: pd.DataFrame, me: pd.Series, topo: Topology, my_routers: set, my_groups: set,
@@ -230,13 +234,13 @@ def _microbenchmark_time(latency: pd.DataFrame, me: dict) -> float:
     return float((me["end"] - me["start"]).total_seconds())
 
 
-RUN_COUNTER_COLUMNS = ["run_id", "scope", "counter", "value", "seconds", "sources"]
+RUN_COUNTER_COLUMNS = RUN_COUNTERS.column_names
 
 
 def _sampler_run_counters(run_dir: Path, run_id: str) -> pd.DataFrame:
     """``run_counters`` rows of scope ``job``: each counter's change over the span that every
     node's samples cover, summed over nodes and devices (loopback left out)."""
-    files = sorted(run_dir.glob("node-counters-*.csv"))
+    files = sorted(run_dir.glob(NODE_COUNTERS_GLOB))
     if not files:
         return pd.DataFrame(columns=RUN_COUNTER_COLUMNS)
     samples = [node_counters.read(p) for p in files]
@@ -318,16 +322,37 @@ def collate_run(run_dir: Path, system: SystemInfo, topo: Topology, meta: dict) -
         "end": pd.to_datetime(steps["end"], unit="s", utc=True).dt.round("us"),
         "duration_s": steps["duration_s"].astype(float),
         "reported_s": steps["reported_s"].astype(float)})
-    step_counters = pd.DataFrame(columns=["run_id", "step", "counter", "value"])
+    columns = STEP_COUNTERS.column_names
+    step_counters, set_aside = pd.DataFrame(columns=columns), []
     if (run_dir / COUNTERS).exists():
         long = counter_files.read(run_dir / COUNTERS)
         if long["step"].nunique() != len(steps):
             raise ParseError(run_dir / COUNTERS,
                              f"{long['step'].nunique()} steps of counters but {len(steps)} steps in stdout.txt")
-        step_counters = long.assign(run_id=run_id)[["run_id", "step", "counter", "value"]]
+        step_counters = long.assign(run_id=run_id)[columns]
+    elif samples := sorted(run_dir.glob(NODE_COUNTERS_GLOB)):
+        try:
+            step_counters = sampled_step_counters(samples, out.steps).assign(run_id=run_id)[columns]
+        except ValueError as exc:  # the samples do not cover every step: the run stays, without counters
+            set_aside.append({"file": str(samples[0].parent / NODE_COUNTERS_GLOB), "line": None,
+                              "error": str(exc), "run_id": run_id, "kind": "step_counters"})
     mpi = _mpi_profile(run_id, sorted(run_dir.glob("*" + MPIP_SUFFIX)))
     run.update(total_time_s=float(steps["duration_s"].sum()), num_steps=len(steps))
-    return RunData(run, steps, step_counters, mpi, neigh, my_routers)
+    return RunData(run, steps, step_counters, mpi, neigh, my_routers, set_aside=set_aside)
+
+
+def sampled_step_counters(samples: list[Path], steps: pd.DataFrame) -> pd.DataFrame:
+    """The node samplers' counters (``hpcvar sample``, one file per node) as per-step changes,
+    summed over nodes and devices (:func:`hpcvar.parsers.node_counters.step_deltas`), in whole
+    counts as ``counters.csv`` holds them: the long table ``step, counter, value``. ValueError
+    when the samples do not cover every step."""
+    deltas = node_counters.step_deltas([node_counters.read(p) for p in samples], steps)
+    values = deltas.drop(columns="step")
+    uncovered = ~np.isfinite(values.to_numpy(dtype=float)).all(axis=1)
+    if uncovered.any():
+        raise ValueError(f"steps {deltas.loc[uncovered, 'step'].tolist()[:10]} are not covered by every node's "
+                         "samples: the run has no per-step counters")
+    return counter_files.long_table(pd.concat([deltas[["step"]], values.round()], axis=1))
 
 
 def _output_of_failed_run(run_dir: Path, meta: dict) -> dict:
@@ -350,7 +375,7 @@ def _mpi_profile(run_id: str, paths: list[Path]) -> pd.DataFrame:
     """The run's mpiP profile: its report as mpiP wrote it, or, for a job that launched the
     application several times (one report per launch: miniVite's repetitions), their sum per
     routine, with each routine's share of the summed MPI time."""
-    columns = ["run_id", "routine", "time_s", "calls", "mpi_pct", "app_time_s", "mpi_time_s", "ntasks"]
+    columns = MPI_PROFILE.column_names
     if not paths:
         return pd.DataFrame(columns=columns)
     reports = [mpip.read(p) for p in paths]
@@ -436,7 +461,7 @@ def system_counters(ldms_dir: Path, topo: Topology, runs: list[RunData], result:
                     rows.append((runs[k].run["run_id"], step, scope, name, float(v), n))
             else:
                 rows.append((runs[k].run["run_id"], step, scope, name, float(v) / n, n))
-    return pd.DataFrame(rows, columns=["run_id", "step", "scope", "counter", "value", "num_routers"])
+    return pd.DataFrame(rows, columns=SYSTEM_COUNTERS.column_names)
 
 
 def _ldms_names(metric_names: list[str]) -> list[str]:
@@ -575,6 +600,7 @@ def collate(raw: str | Path, out: str | Path, pseudonymise: Pseudonymiser) -> Co
             result.failed.append(rd.as_record())
         else:
             collected.append(rd)
+            result.quarantined += rd.set_aside
     perflogs = perflog_provenance(raw, result)
     if not perflogs.empty and "job_id" in perflogs.columns:
         for rd in collected:

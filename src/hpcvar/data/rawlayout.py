@@ -36,8 +36,14 @@ RUNS_DIR = "runs"
 STDOUT = "stdout.txt"
 #: A run's ``sacct`` output over its job's window (every user's jobs: the neighbourhood).
 SACCT = "sacct.txt"
-#: A run's per-step job counters (``hpcvar.parsers.counters``).
+#: A run's per-step job counters (``hpcvar.parsers.counters``): what AriesNCL-style collection or
+#: the simulator writes. Runs of the suite have node samples instead, which collation turns into
+#: per-step counters itself.
 COUNTERS = "counters.csv"
+#: The per-node counter sampler's files (``hpcvar sample``; ``hpcvar.parsers.node_counters``), one
+#: per node of the job, named by host; the suite writes them beside the job's output.
+NODE_COUNTERS = "node-counters-{hostname}.csv"
+NODE_COUNTERS_GLOB = "node-counters-*.csv"
 #: A run's own window of the LDMS store (system-wide counters), a directory.
 RUN_LDMS_DIR = "ldms"
 #: The raw directory's ReFrame perflogs: ``perflogs/<system>/<partition>/<Test>.log``.

@@ -74,7 +74,11 @@ def read(path: str | Path) -> pd.DataFrame:
     """Long table ``step, counter, value``: Aries counters under their Table II abbreviations
     (derived ones included); any other counter (a node sampler's ``infiniband_port_xmit_wait``,
     ``net_rx_bytes``, ...) under its own column name."""
-    wide = read_wide(path)
+    return long_table(read_wide(path))
+
+
+def long_table(wide: pd.DataFrame) -> pd.DataFrame:
+    """:func:`read`'s long table from a wide one (``step`` plus one column per counter)."""
     counters = wide.drop(columns="step")
     table2 = aries.to_table2(counters)
     others = [c for c in counters.columns if not aries.is_counter(c) and c not in aries.SUMS]
