@@ -84,6 +84,21 @@ def test_merge_takes_every_dataset_once_and_refuses_parts_of_another_run():
         merge([a, {**b, "mlflow": {**b["mlflow"], "tracking_uri": "v"}}], ["parts/b.json", "parts/a.json"])
     with pytest.raises(ResultError, match="no parts"):
         merge([], [])
+    # What the result draws over every dataset (ACROSS_DATASETS) is left for the analysis's
+    # assemble(), whatever the parts hold; other lists keep each item once.
+    from hpcvar.results.neighbourhood import NeighbourhoodResult
+
+    a2, b2 = {**a, "cross_dataset": [{"user": "u1"}]}, {**b, "cross_dataset": [{"user": "u2"}]}
+    assert merge([a2, b2], ["parts/b.json", "parts/a.json"], NeighbourhoodResult.ACROSS_DATASETS)["cross_dataset"] == []
+    assert merge([a2, b2], ["parts/b.json", "parts/a.json"])["cross_dataset"] == [{"user": "u1"}, {"user": "u2"}]
+
+
+def test_an_analysis_of_the_whole_campaign_has_no_parts(tmp_path):
+    """The overview compares the datasets: no --only, and nothing for assemble to merge."""
+    out = hpcvar("overview", tmp_path, "--out", tmp_path / "o", "--only", "amg-128")
+    assert out.returncode == 2 and "unrecognized arguments: --only" in out.stderr
+    out = hpcvar("assemble", "overview", "--out", tmp_path / "o", tmp_path / "parts" / "amg-128.json")
+    assert out.returncode == 2 and "overview covers the whole campaign and has no parts to assemble" in out.stderr
 
 
 def test_assemble_refuses_a_file_that_is_not_a_part(tmp_path):

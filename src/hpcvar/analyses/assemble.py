@@ -24,8 +24,9 @@ from hpcvar.analyses.registry import ANALYSES
 from hpcvar.results import ResultError
 
 
-def merge(docs: list[dict], sources: list[str]) -> dict:
-    """The parts' ``summary.json`` documents as one (see the module's description)."""
+def merge(docs: list[dict], sources: list[str], across: tuple[str, ...] = ()) -> dict:
+    """The parts' ``summary.json`` documents as one (see the module's description); the fields in
+    ``across`` (the result's ``ACROSS_DATASETS``) are left empty for the analysis's assemble()."""
     if not docs:
         raise ResultError("no parts to assemble")
     merged: dict = {}
@@ -38,11 +39,11 @@ def merge(docs: list[dict], sources: list[str]) -> dict:
                 if {k: v for k, v in m.items() if k != "runs"} != {k: v for k, v in value.items() if k != "runs"}:
                     raise ResultError(f"{source}: logged to another MLflow store or experiment than {sources[0]}")
                 m["runs"].update(value["runs"])
-            elif isinstance(value, list) and key != "cross_dataset":
+            elif key in across:
+                merged.setdefault(key, [])  # drawn over all datasets by the analysis's assemble()
+            elif isinstance(value, list):
                 items = merged.setdefault(key, [])
                 items += [v for v in value if v not in items]
-            elif key == "cross_dataset":
-                merged.setdefault(key, [])  # drawn over all datasets by the analysis's assemble()
             elif key not in merged:
                 merged[key] = value
             elif merged[key] != value:
@@ -58,6 +59,8 @@ def assemble(analysis: str, out_dir: str | Path, parts: list[str | Path]):
     """Merge ``parts`` (``OUT/parts/<dataset>.json``) into ``out_dir/summary.json``; returns the
     analysis's typed result."""
     a = ANALYSES[analysis]
+    if not a.per_dataset:
+        raise ResultError(f"{analysis} covers the whole campaign and has no parts to assemble: run `hpcvar {analysis}`")
     out_dir = Path(out_dir)
     docs = []
     for part in parts:
@@ -66,7 +69,7 @@ def assemble(analysis: str, out_dir: str | Path, parts: list[str | Path]):
         except (OSError, json.JSONDecodeError) as exc:
             raise ResultError(f"{part}: not a result part ({exc})") from None
     cls = a.result
-    result = cls.build(merge(docs, [str(p) for p in parts]))
+    result = cls.build(merge(docs, [str(p) for p in parts], cls.ACROSS_DATASETS))
     hook = getattr(a.module, "assemble", None)
     if hook is not None:
         result = hook(result, out_dir)

@@ -146,10 +146,13 @@ def run(dataset_dir: str | Path, out_dir: str | Path, config: NeighbourhoodSetti
                 table.sort_values("rank_r").head(s.top_k)[list(PearsonRankedUser.model_fields)])])
         print(f"neighbourhood: {name}: {len(ds_runs)} runs, {len(qualified)} users with jobs > "
               f"{s.threshold_nodes} nodes, {len(table)} users alongside", file=sys.stderr, flush=True)
-    cross = cross_dataset(tables, s.top_k)
-    if only is None:  # one dataset's part: the assembly draws the table over all (:func:`assemble`)
-        cross.to_csv(out_dir / NeighbourhoodResult.CROSS_DATASET_TABLE, index=False)
-    result = NeighbourhoodResult(params=s, datasets=found, cross_dataset=records(cross))
+    # Table III compares the datasets: one dataset's part leaves it to the assembly (:func:`assemble`).
+    cross = []
+    if only is None:
+        table = cross_dataset(tables, s.top_k)
+        table.to_csv(out_dir / NeighbourhoodResult.CROSS_DATASET_TABLE, index=False)
+        cross = records(table)
+    result = NeighbourhoodResult(params=s, datasets=found, cross_dataset=cross)
     result.mlflow = MLflowRuns.model_validate(_log(dataset_dir, out_dir, s, runs, neigh, tables, result))
     result.write(out_dir, only)
     return result

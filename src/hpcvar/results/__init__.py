@@ -62,6 +62,9 @@ class Result(Record):
     #: The analysis: its command, and its output directory's name under the workflow's
     #: ``results/analyses/`` (a class attribute: ``analysis`` is a key of several summaries).
     NAME: typing.ClassVar[str] = ""
+    #: Fields drawn over every dataset (neighbourhood's Table III): one dataset's part leaves them
+    #: empty, and the analysis's ``assemble(result, out_dir)`` draws them over all the parts.
+    ACROSS_DATASETS: typing.ClassVar[tuple[str, ...]] = ()
     _dir: Path | None = PrivateAttr(default=None)
 
     def model_post_init(self, context) -> None:

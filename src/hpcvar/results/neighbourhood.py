@@ -67,3 +67,4 @@ class NeighbourhoodResult(Result):
     mlflow: MLflowRuns | None = None
 
     CROSS_DATASET_TABLE: typing.ClassVar[str] = "cross_dataset.csv"
+    ACROSS_DATASETS: typing.ClassVar[tuple[str, ...]] = ("cross_dataset",)
