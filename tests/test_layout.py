@@ -39,6 +39,14 @@ def test_the_simulator_does_not_load_the_analyses():
     assert not {m for m in loaded if m.startswith(("hpcvar.analyses", "hpcvar.report", "hpcvar.campaign"))}
 
 
+def test_the_report_renders_and_loads_no_analysis():
+    """The report computes nothing: its numbers and figures are the analyses' (their typed
+    results, hpcvar.results), so loading it loads no analysis, nor collation."""
+    loaded = loaded_after_importing(["hpcvar.report"])
+    assert "hpcvar.report.build" in loaded and "hpcvar.results.overview" in loaded
+    assert not {m for m in loaded if m.startswith(("hpcvar.analyses", "hpcvar.collate", "hpcvar.simulate"))}
+
+
 def module_imports() -> dict[str, set[str]]:
     """Each hpcvar module's module-level imports of other hpcvar modules (imports inside functions,
     which run only when called, left out), from the source."""

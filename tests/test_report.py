@@ -64,12 +64,14 @@ def test_overview_sections_show_the_analysis_numbers_and_figures(campaign, tmp_p
 def test_interference_section_reads_the_experiments_tables(campaign, tmp_path):
     """The section shows what `hpcvar interference simulate` wrote: per job a slowdown table and
     figures per policy, and a reading quoting the smallest and largest latency slowdown."""
+    from hpcvar.analyses.interference import draw_figures
     from hpcvar.simulate.interference import simulate_experiment
 
     c = campaign("demo", 0, 15)
     exp = Path(__file__).resolve().parents[1] / "config" / "experiments" / "interference.yaml"
     simulate_experiment(exp, tmp_path / "analyses" / "interference", {
         "repetitions": 1, "samples": 8, "policies": ["random-nodes", "random-groups"]}, progress=False)
+    draw_figures(tmp_path / "analyses" / "interference")  # what `hpcvar interference simulate` does after
     result = build(c.dataset, tmp_path / "report.html", analyses_dir=tmp_path / "analyses",
                    figures_dir=tmp_path / "figures")
     sec = result["sections"]["interference"]
@@ -187,11 +189,15 @@ def test_report_pseudonymises_a_dataset_collated_with_real_names(campaign, tmp_p
         assert not any(re.search(rf"\b{re.escape(name)}\b", t) for t in texts), name
     assert Pseudonymiser(salt)(top) in html
     assert salt.decode() not in html
+    # The analysis's figure labels the users by name: left out, saying why.
+    assert "figure is left out: the dataset holds user names" in html
+    assert not list((tmp_path / "figures" / "neighbourhood").rglob("top_users.svg"))
 
     # Switched off on request (private use): the names stay.
     build(tmp_path / "dataset", tmp_path / "named.html", analyses_dir=tmp_path / "analyses",
           figures_dir=tmp_path / "named", pseudo=None)
     assert top in (tmp_path / "named.html").read_text()
+    assert list((tmp_path / "named" / "neighbourhood").rglob("top_users.svg"))
 
 
 # --- the main job's report in a real browser ---------------------------------------------------------

@@ -343,6 +343,7 @@ def cmd_dev(a) -> int:
 
 
 def cmd_interference(a) -> int:
+    from hpcvar.analyses.interference import draw_figures
     from hpcvar.experiments.placement import PlacementError
     from hpcvar.parsers.errors import ParseError
     from hpcvar.simulate.interference import simulate_experiment
@@ -353,6 +354,7 @@ def cmd_interference(a) -> int:
     except (ParseError, PlacementError) as exc:
         print(f"hpcvar interference: {exc}", file=sys.stderr)
         return 2
+    draw_figures(a.out)  # as the real experiment's analysis draws them
     victim = result.jobs[result.jobs["role"] == "victim"]
     print(f"{result.summary.experiment}: {len(result.network)} runs in {result.summary.elapsed_s} s -> {a.out}")
     print("victim slowdown (median over repetitions): policy, routing, total, communication, latency")

@@ -4,11 +4,12 @@ and the analyses' ``summary.json`` files.
 
 Where each number comes from:
 
-- campaign and per-dataset figures: the dataset's tables, drawn by :mod:`hpcvar.report.figures`;
-  the run counts and slowest/fastest ratios by :func:`hpcvar.data.summary.dataset_summary` (the same
-  function that writes ``summary.txt``);
-- neighbourhood, deviation and forecasting: the analyses' ``summary.json`` and figures, the
-  same numbers each analysis logged to MLflow (the report reads, it never recomputes them).
+- every number and figure: an analysis's ``summary.json`` and the figures it drew (the campaign
+  and per-dataset sections: :mod:`hpcvar.analyses.overview`, whose run counts and slowest/fastest
+  ratios are :func:`hpcvar.data.summary.dataset_summary`'s, the function that writes
+  ``summary.txt``; the interference section: the experiment's result, figures drawn by
+  :func:`hpcvar.analyses.interference.draw_figures`). The same numbers each analysis logged to
+  MLflow: the report renders, it computes nothing.
 
 Every figure is also written to ``FIGURES/<section>/<dataset>/<name>.svg``, which the Snakemake
 rule registers with ``report()`` so ``snakemake --report`` shows them by analysis and dataset.

@@ -18,7 +18,6 @@ import pandas as pd
 import yaml
 
 from hpcvar.data.dataset import Dataset
-from hpcvar.report import figures as F
 from hpcvar.results import Record, Result
 from hpcvar.results.compare import CompareResult
 from hpcvar.results.deviation import DeviationResult
@@ -27,7 +26,7 @@ from hpcvar.results.distributions import (Conditions, Description, Distributions
 from hpcvar.results.explain import LABELS, ExplainDataset, ExplainResult, RunExplanation
 from hpcvar.results.forecast import REPORTED_MODELS, ForecastResult
 from hpcvar.results.interference import InterferenceResult
-from hpcvar.results.neighbourhood import NeighbourhoodResult, PearsonRankedUser, RankedUser
+from hpcvar.results.neighbourhood import NeighbourhoodDataset, NeighbourhoodResult, PearsonRankedUser, RankedUser
 from hpcvar.results.overview import Campaign, Coverage, DatasetSpread, OverviewDataset, OverviewResult, RoutineShare
 from hpcvar.util.anonymise import Pseudonymiser
 from hpcvar.util.fileio import atomic_write_text
@@ -338,8 +337,6 @@ class Builder:
         return sec
 
     def neighbourhood(self) -> Section:
-        from hpcvar.analyses.neighbourhood import plot_top_users
-
         s = self.result(NeighbourhoodResult)
         sec = Section("neighbourhood", "Neighbourhood: who was running when we were slow")
         if not s or not s.datasets:
@@ -354,10 +351,14 @@ class Builder:
                 part.reading = f"No user ran jobs larger than {thr} nodes during these runs."
                 parts.append(part)
                 continue
+            named = any(self.user(u) != u for u in top["user"])
             top["user"] = top["user"].map(self.user)
-            path = plot_top_users(top, name, top_k, self.path("neighbourhood", name, "top_users"))
-            part.figures.append(self.figure("neighbourhood", name, "top_users", "Top users by mutual information",
-                                            path))
+            # The analysis's figure labels users as the dataset holds them: shown unless those are
+            # names the report must not print (a dataset collated with --no-anonymise).
+            fig = None if named else self.copy_figure("neighbourhood", name, "top_users",
+                                                      "Top users by mutual information",
+                                                      s.path(NeighbourhoodDataset.top_users_figure(name)))
+            part.figures += [fig] if fig else []
             lead = d.top_users[0]
             leaders.append(self.user(lead.user))
             part.reading = (
@@ -365,7 +366,9 @@ class Builder:
                 f"{d.optimal_runs} runs were faster than the mean. {self.user(lead.user)} tells fast from slow runs "
                 f"best (MI {lead.mi:.3f}): present in {lead.cooccurrence} runs, which averaged "
                 f"{lead.mean_time_with_s:,.0f} s against {_num(lead.mean_time_without_s, '{:,.0f}')} s without "
-                f"({lead.direction}).")
+                f"({lead.direction})."
+                + (" The analysis's figure is left out: the dataset holds user names (collated with "
+                   "--no-anonymise), and the report shows pseudonyms." if named else ""))
             part.tables.append(Table("Top users (MI ranking, with the Pearson node-count ranking)", top[
                 ["rank_mi", "user", "mi", "cooccurrence", "mean_time_with_s", "mean_time_without_s", "direction",
                  "nodes_r", "rank_r"]], {"mi": "{:.3f}", "mean_time_with_s": "{:,.0f}", "mean_time_without_s": "{:,.0f}",
@@ -652,25 +655,23 @@ class Builder:
             sec.empty = ("No data: no interference experiment (set interference.experiment, or run `hpcvar interference "
                          "simulate|run EXPERIMENT.yaml --out results/analyses/interference`).")
             return sec
-        jobs = pd.read_csv(res.path(InterferenceResult.table("jobs")))
-        samples_file = res.path(InterferenceResult.table("samples", "parquet"))
-        samples = pd.read_parquet(samples_file) if samples_file.is_file() else None
         cols = ["policy", "routing", "slowdown_total", "slowdown_comm", "slowdown_latency"]
         fmt = {c: "{:.3f}" for c in cols[2:]}
-        for job, by_job in jobs.groupby("job", sort=False):
-            role = by_job["role"].iloc[0]
-            table = by_job.groupby(["policy", "routing"], sort=False)[cols[2:]].median().reset_index()
+        for job, by_policy in res.slowdowns.items():
+            role = res.jobs[job].role
+            table = pd.DataFrame([{"policy": policy, "routing": routing, **s.model_dump(include=set(cols[2:]))}
+                                  for policy, by_routing in by_policy.items() for routing, s in by_routing.items()],
+                                 columns=cols).astype({c: float for c in cols[2:]})
             part = Part(f"{job} ({role})", tables=[Table("Slowdown, mixed over alone (median over repetitions)",
                                                          table, fmt)])
-            part.figures.append(self.figure("interference", job, "slowdowns", f"{job}: slowdowns per policy",
-                                            F.interference_slowdowns(jobs, job,
-                                                                     self.path("interference", job, "slowdowns"))))
-            if samples is not None and (samples["job"] == job).any():
-                for routing in dict.fromkeys(samples.loc[samples["job"] == job, "routing"]):
-                    name = f"latency_{slug(routing)}"
-                    part.figures.append(self.figure(
-                        "interference", job, name, f"{job}: latency distributions ({routing})",
-                        F.interference_latency(samples, job, routing, self.path("interference", job, name))))
+            fig = self.copy_figure("interference", job, "slowdowns", f"{job}: slowdowns per policy",
+                                   res.path(InterferenceResult.figure(job, "slowdowns")))
+            part.figures += [fig] if fig else []
+            for routing in dict.fromkeys(r for by_routing in by_policy.values() for r in by_routing):
+                fig = self.copy_figure("interference", job, f"latency_{slug(routing)}",
+                                       f"{job}: latency distributions ({routing})",
+                                       res.path(InterferenceResult.figure(job, "latency", routing)))
+                part.figures += [fig] if fig else []  # drawn where the job's samples had latencies
             lat = table.dropna(subset=["slowdown_latency"])
             if len(lat):
                 best, worst = lat.loc[lat["slowdown_latency"].idxmin()], lat.loc[lat["slowdown_latency"].idxmax()]

@@ -16,6 +16,7 @@ import typing
 from typing import Literal
 
 from hpcvar.results import Record, Result
+from hpcvar.util.naming import slug
 
 
 class System(Record):
@@ -108,6 +109,12 @@ class InterferenceResult(Result):
         ``samples`` (every iteration or timed operation), ``network`` (simulated only: channel
         utilisation per mixed workload)."""
         return f"{name}.{fmt}"
+
+    @staticmethod
+    def figure(job: str, kind: Literal["slowdowns", "latency"], routing: str | None = None) -> str:
+        """A job's figure (:func:`hpcvar.analyses.interference.draw_figures`), relative to the
+        output directory: its slowdowns per policy, or its latency alone and mixed under one routing."""
+        return f"{job}/slowdowns.svg" if kind == "slowdowns" else f"{job}/latency_{slug(routing)}.svg"
 
 
 __all__ = ["InterferenceResult", "Job", "Policy", "RunCount", "Slowdowns", "System"]
