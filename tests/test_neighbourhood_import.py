@@ -66,8 +66,11 @@ def test_tables_from_a_simulated_campaign_give_the_same_rankings(campaign, tmp_p
         pd.testing.assert_frame_equal(table[cols].sort_values("user").reset_index(drop=True), want, obj=name)
     # The report reads the imported dataset: the neighbourhood section has its figures, and what
     # the tables cannot tell (steps, placement) is said to be missing.
+    from hpcvar.analyses import overview
     from hpcvar.report import build
 
+    ov = overview.run(tmp_path / "imported", tmp_path / "analyses" / "overview")
+    assert all(d.steps is None and d.mpi is None and d.placement is None for d in ov.datasets.values())
     result = build(tmp_path / "imported", tmp_path / "report.html", analyses_dir=tmp_path / "analyses",
                    figures_dir=tmp_path / "figures")
     assert not result["sections"]["neighbourhood"]["empty"] and result["sections"]["neighbourhood"]["figures"]
