@@ -30,13 +30,14 @@ COLLATED = f"{DATASET}/collated.json"
 _venv_hpcvar = os.path.join(os.path.dirname(sys.executable), "hpcvar")
 HPCVAR = _venv_hpcvar if os.path.exists(_venv_hpcvar) else "hpcvar"
 
-# The simulator's ground truth (only when the raw files are simulated): the forecast analysis
-# reports the simulator's oracle error beside its own.
-TRUTH = f"{RAW_DIR}/truth.json" if config["source"] == "simulate" else None
-
 # The analyses (src/hpcvar/analyses/registry.py: one list for the command line, MLflow, this
 # workflow and the report; the hpcvar package is installed beside this Snakemake by ./setup.sh).
 from hpcvar.analyses.registry import ANALYSES
+from hpcvar.data import rawlayout
+
+# The simulator's ground truth (only when the raw files are simulated): the forecast analysis
+# reports the simulator's oracle error beside its own.
+TRUTH = f"{RAW_DIR}/{rawlayout.TRUTH}" if config["source"] == "simulate" else None
 
 
 def set_options(values):

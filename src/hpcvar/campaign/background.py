@@ -49,10 +49,10 @@ from pathlib import Path
 
 import numpy as np
 
+from hpcvar.data.rawlayout import TRUTH
 from hpcvar.util.fileio import atomic_write_json
 
 KINDS = ("global-traffic", "group-traffic", "cpu")
-TRUTH = "truth.json"
 #: The traffic's job step: task 0 serves (its data address in a file beside), task 1 connects.
 TRAFFIC = r"""if [ "$SLURM_PROCID" = 0 ]; then
   addr=$(ip -4 -o addr show data0 2>/dev/null | awk '{{print $4}}' | cut -d/ -f1); [ -n "$addr" ] || addr=$(hostname)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from hpcvar.campaign.background import TRUTH
+from hpcvar.data.rawlayout import TRUTH
 
 
 def load(results: str | Path) -> dict:

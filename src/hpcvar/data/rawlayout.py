@@ -52,6 +52,10 @@ PERFLOGS_DIR = "perflogs"
 TOPOLOGY = "topology.csv"
 #: mpiP reports in a run directory end so.
 MPIP_SUFFIX = ".mpiP"
+#: What was planted, for the checks to score against: the simulator's causes (in the raw
+#: directory, ``hpcvar.simulate.truth``) or a testbed campaign's planted workload (in its results
+#: directory, ``hpcvar.campaign.background``). Collation never reads it.
+TRUTH = "truth.json"
 #: The suite's timestamped copy of a job's standard output in its ReFrame output directory
 #: (``reframe_tests/common/mixins.py``), which the import copies to ``STDOUT``.
 APP_OUTPUT = "app.out"
