@@ -25,3 +25,14 @@ FORECAST_GRID = {"amg": {"m": [3, 8], "k": [5, 10]}, "milc": {"m": [10, 20], "k"
 FEATURE_GROUPS = ("job", "placement", "io", "sys", "neighbours")
 #: The forecaster's cumulative feature sets, each adding one group: ``job``, ``job+placement``, ...
 FORECAST_FEATURE_SETS = tuple("+".join(FEATURE_GROUPS[:i + 1]) for i in range(len(FEATURE_GROUPS)))
+
+
+def feature_groups(feature_set: str) -> tuple[str, ...]:
+    """The groups a cumulative feature set adds up (``job+placement`` -> ``job``, ``placement``)."""
+    return tuple(feature_set.split("+"))
+
+
+def cell_key(m: int, k: int) -> str:
+    """A forecasting cell's name (``m=10,k=20``): the key of the oracle's MAPE per cell in the
+    simulator's ``truth.json`` and in the forecast's result, which the report sets side by side."""
+    return f"m={m},k={k}"

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from hpcvar.data.rawlayout import TRUTH
-from hpcvar.defaults import FORECAST_GRID
+from hpcvar.defaults import FORECAST_GRID, cell_key
 from hpcvar.simulate import model
 from hpcvar.simulate.presets import DatasetSpec, Preset
 from hpcvar.simulate.system import LARGE_JOB_NODES, Users
@@ -110,7 +110,7 @@ def oracle_mape(oracle: pd.DataFrame, app: str) -> dict[str, float]:
         for k in FORECAST_GRID[app]["k"]:
             w = oracle[(oracle["k"] == k) & (oracle["t_c"] >= m)]
             if len(w):
-                out[f"m={m},k={k}"] = float((abs(w["oracle_s"] - w["actual_s"]) / w["actual_s"]).mean())
+                out[cell_key(m, k)] = float((abs(w["oracle_s"] - w["actual_s"]) / w["actual_s"]).mean())
     return out
 
 

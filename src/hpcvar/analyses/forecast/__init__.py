@@ -44,7 +44,7 @@ from hpcvar.analyses.forecast import outputs
 from hpcvar.analyses.forecast.grid import (DatasetResult, fit_final, long_run, mape_of, oracle_by_cell,
                                            permutation_importance, run_grid)
 from hpcvar.analyses.forecast.windows import make_folds, series
-from hpcvar.defaults import FORECAST_FEATURE_SETS, FORECAST_GRID
+from hpcvar.defaults import FORECAST_FEATURE_SETS, FORECAST_GRID, cell_key, feature_groups
 from hpcvar.results import clean
 from hpcvar.results import forecast as results
 from hpcvar.results._common import MLflowRuns
@@ -72,7 +72,7 @@ def feature_sets_of(frame: pd.DataFrame, wanted: list[str]) -> tuple[dict[str, l
     out, notes = {}, []
     for fs in wanted:
         cols, missing = [], []
-        for group in fs.split("+"):
+        for group in feature_groups(fs):
             have = [c for c in common.feature_columns(frame, group) if frame[c].notna().any()]
             cols += have
             if not have:
@@ -87,7 +87,7 @@ def feature_sets_of(frame: pd.DataFrame, wanted: list[str]) -> tuple[dict[str, l
 def with_neighbours(data: dict, name: str, frame: pd.DataFrame, settings: ForecastSettings) -> pd.DataFrame:
     """``frame`` with the presence of the dataset's most frequent large neighbours (feature set
     ``neighbours``; none without sacct)."""
-    if "neighbours" not in "+".join(settings.feature_sets):
+    if not any("neighbours" in feature_groups(fs) for fs in settings.feature_sets):
         return frame
     users = common.frequent_neighbours(data, name, settings.neighbour_min_nodes, settings.neighbour_users)
     return common.neighbour_presence(frame, data, users, settings.neighbour_min_nodes)
@@ -237,7 +237,7 @@ def run(dataset_dir: str | Path, out_dir: str | Path, config: ForecastSettings |
               "max_epochs": settings.max_epochs, "patience": settings.patience, "seed": settings.seed,
               "hidden": settings.hidden, "lr": settings.lr, "val_fraction": settings.val_fraction,
               "ensemble": settings.ensemble,
-              "long_run": f"m={settings.long_run_m},k={settings.long_run_k}"}
+              "long_run": cell_key(settings.long_run_m, settings.long_run_k)}
     # Everything is computed before the store's lock is taken: other analyses wait on it.
     with tracking.session("forecast", dataset_dir) as experiment_id:
         for res in results.values():

@@ -16,6 +16,7 @@ from hpcvar.analyses import common
 from hpcvar.analyses.forecast.attention import AttentionForecaster
 from hpcvar.analyses.forecast.models import TRAINERS, Boosted, fit_attention, fit_lgbm, persistence
 from hpcvar.analyses.forecast.windows import Fold, Part, Profile, Series, Windows, series, split_validation
+from hpcvar.defaults import cell_key
 from hpcvar.results.forecast import ForecastDataset
 from hpcvar.settings import ForecastSettings, GridCell
 
@@ -105,7 +106,7 @@ def mape_of(grid: pd.DataFrame, m, k, fs, model) -> float:
 
 def oracle_by_cell(grid: pd.DataFrame) -> dict[str, float]:
     o = grid[grid["model"] == "oracle"].drop_duplicates(["m", "k"])
-    return {f"m={r.m},k={r.k}": r.mape for r in o.itertuples()}
+    return {cell_key(r.m, r.k): r.mape for r in o.itertuples()}
 
 
 def permutation_importance(s: Series, folds: list[Fold], cell: CellResult, fs: str, cols: list[int],

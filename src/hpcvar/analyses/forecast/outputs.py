@@ -14,6 +14,7 @@ import torch
 from hpcvar import tracking
 from hpcvar.analyses import common
 from hpcvar.analyses.forecast.grid import DatasetResult
+from hpcvar.defaults import cell_key
 from hpcvar.results.forecast import DatasetRun
 
 
@@ -118,7 +119,7 @@ def log_dataset(res: DatasetResult, experiment_id: str, dataset_dir: Path, param
             metrics["long_run_mape"] = s.long_run.mape
         metrics = {key: value for key, value in metrics.items() if value is not None}
         mlflow.log_metrics(metrics)
-        mlflow.set_tags({"hpcvar.best_cell": f"m={s.best.m},k={s.best.k},{s.best.feature_set}"})
+        mlflow.set_tags({"hpcvar.best_cell": f"{cell_key(s.best.m, s.best.k)},{s.best.feature_set}"})
         f = res.final
         y_example = f.attention.predict(f.example).astype(np.float32)
         mlflow.pytorch.log_model(f.attention, name="attention", signature=infer_signature(f.example, y_example),
