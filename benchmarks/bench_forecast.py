@@ -71,10 +71,11 @@ def main() -> None:
             "datasets": a.datasets, "grid": {"milc": {"m": [10], "k": [20]}}, "seed": seed,
             "feature_sets": a.feature_sets, **settings}, truth=d / "raw" / "truth.json")
         for name in a.datasets:
-            grid = pd.DataFrame(summary["datasets"][name]["grid"])
+            d_ = summary.datasets[name]
+            grid = pd.DataFrame([r.model_dump() for r in d_.grid])
             for fs, g in grid.groupby("feature_set", sort=False):
                 g = g.set_index("model")
-                print(f"{seed:>4} {name:<9} {fs:<32} {summary['datasets'][name]['runs']:>5} "
+                print(f"{seed:>4} {name:<9} {fs:<32} {d_.runs:>5} "
                       f"{g.loc['oracle', 'mape']:>7.4f} {g.loc['attention', 'mape']:>9.4f} "
                       f"{g.loc['attention', 'mape'] / g.loc['oracle', 'mape']:>6.3f} {g.loc['lightgbm', 'mape']:>8.4f} "
                       f"{g.loc['persistence', 'mape']:>7.4f} {g.loc['attention', 'train_seconds']:>8.1f}", flush=True)

@@ -11,7 +11,8 @@ import sys
 import pytest
 
 REAL_DATA_PATH = ["hpcvar.parsers", "hpcvar.collate", "hpcvar.data.dataset", "hpcvar.campaign.reframe_import",
-                  "hpcvar.campaign.rounds", "hpcvar.campaign.interference", "hpcvar.analyses.neighbourhood",
+                  "hpcvar.campaign.rounds", "hpcvar.campaign.interference", "hpcvar.analyses.overview",
+                  "hpcvar.analyses.neighbourhood",
                   "hpcvar.analyses.deviation", "hpcvar.analyses.forecast", "hpcvar.analyses.distributions",
                   "hpcvar.analyses.compare", "hpcvar.analyses.interference", "hpcvar.analyses.explain",
                   "hpcvar.analyses.assemble", "hpcvar.report.build",

@@ -59,6 +59,22 @@ def test_overview_sections_show_the_analysis_numbers_and_figures(campaign, tmp_p
     share = (runs["total_time_s"] / best > 1.5).mean()
     assert res.campaign.share_slow == pytest.approx(share)
     assert f"{100 * share:.0f}% of all runs took more than 1.5x their dataset" in html
+    # An overview from before the last collation (a dataset it does not know) is said to be stale,
+    # not a crash; a ratio it could not compute (a 0 s run) is n/a.
+    summary = tmp_path / "analyses" / "overview" / "summary.json"
+    doc = json.loads(summary.read_text())
+    gone = datasets[0]
+    del doc["datasets"][gone]
+    doc["spread"] = [r for r in doc["spread"] if r["dataset"] != gone]
+    doc["spread"][0]["slowest_fastest"] = None
+    summary.write_text(json.dumps(doc))
+    stale = build(c.dataset, tmp_path / "stale.html", analyses_dir=tmp_path / "analyses",
+                  figures_dir=tmp_path / "figures-stale")
+    text = (tmp_path / "stale.html").read_text()
+    assert "Not in the overview&#39;s result (collated after it ran)" in text or \
+        "Not in the overview's result (collated after it ran)" in text
+    assert gone not in {Path(f).parent.name for f in stale["sections"]["placement"]["figures"]}
+    assert "n/ax as long as the fastest" in text
 
 
 def test_interference_section_reads_the_experiments_tables(campaign, tmp_path):

@@ -34,5 +34,6 @@ def feature_groups(feature_set: str) -> tuple[str, ...]:
 
 def cell_key(m: int, k: int) -> str:
     """A forecasting cell's name (``m=10,k=20``): the key of the oracle's MAPE per cell in the
-    simulator's ``truth.json`` and in the forecast's result, which the report sets side by side."""
+    simulator's ``truth.json`` and in the forecast's result (``oracle_mape``, ``oracle_mape_truth``),
+    which must name the same cells."""
     return f"m={m},k={k}"

@@ -466,6 +466,6 @@ if __name__ == "__main__":
     sys.exit(imported_main())
 
 
-__all__ = ["CompareSettings", "DeviationSettings", "DistributionsSettings", "ForecastSettings",
-           "LightGBMSettings", "NeighbourhoodSettings", "Settings", "SettingsError", "add_options", "from_options",
+__all__ = ["CompareSettings", "DeviationSettings", "DistributionsSettings", "ExplainSettings", "ForecastSettings",
+           "LightGBMSettings", "NeighbourhoodSettings", "OverviewSettings", "Settings", "SettingsError", "add_options", "from_options",
            "markdown", "model_schema", "schema_document", "section_key"]

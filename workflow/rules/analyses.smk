@@ -1,7 +1,7 @@
 # The campaign's overview, the three analyses of Bhatele et al. Section IV-V, Confidence-style
-# distributions and every run's slowdown split into causes (explain). Each reads the collated dataset, logs to the MLflow
-# store beside it (results/mlflow.db) and writes results/analyses/<analysis>/summary.json with its
-# tables and figures. Settings come from the `analyses:` section of the config; the regression
+# distributions and every run's slowdown split into causes (explain). Each reads the collated
+# dataset, writes results/analyses/<analysis>/summary.json with its tables and figures, and (all
+# but the overview and explain) logs to the MLflow store beside it (results/mlflow.db). Settings come from the `analyses:` section of the config; the regression
 # check (compare) from `compare:`.
 
 

@@ -168,7 +168,10 @@ def draw_figures(out_dir: str | Path) -> list[Path]:
     """Each job's figures from the experiment's tables in ``out_dir`` (``jobs.csv``, and
     ``samples.parquet`` when there is one), under the names :class:`InterferenceResult` gives."""
     out = Path(out_dir)
-    jobs = pd.read_csv(out / InterferenceResult.table("jobs"))
+    try:
+        jobs = pd.read_csv(out / InterferenceResult.table("jobs"))
+    except pd.errors.EmptyDataError:  # an experiment with no run to compare: nothing to draw
+        return []
     samples_file = out / InterferenceResult.table("samples", "parquet")
     samples = pd.read_parquet(samples_file) if samples_file.is_file() else None
     drawn = []

@@ -116,7 +116,7 @@ def campaign(runs: pd.DataFrame, failed: pd.DataFrame, quarantined: int, spread:
                     last_end=runs["end"].max(), failed=len(failed),
                     failed_states={str(k): int(v) for k, v in failed["state"].value_counts().items()},
                     quarantined=quarantined, share_slow=float((rel["relative"] > settings.slow_factor).mean()),
-                    widest=worst["dataset"], widest_ratio=float(worst["slowest_fastest"]),
+                    widest=worst["dataset"], widest_ratio=clean(float(worst["slowest_fastest"])),
                     longest_gap=gap["dataset"] if has_gap else None,
                     longest_gap_days=float(gap["longest_gap_days"]) if has_gap else None)
 
@@ -193,9 +193,9 @@ def plot_mpi(profile: pd.DataFrame, per_run: pd.DataFrame, routines: pd.Series, 
 def mpi_summary(per_run: pd.DataFrame, routines: pd.Series, shown: int) -> MPIProfile:
     shares = routines / routines.sum()
     r = per_run[["mpi_s", "total_time_s"]].corr().iloc[0, 1] if len(per_run) > 2 else float("nan")
-    return MPIProfile(profiled_runs=len(per_run), share_min=float(per_run["mpi_share"].min()),
-                      share_max=float(per_run["mpi_share"].max()), r_mpi_time=clean(float(r)),
-                      routines=[{"routine": k, "share": float(v)} for k, v in shares.head(shown).items()])
+    return MPIProfile(profiled_runs=len(per_run), share_min=clean(float(per_run["mpi_share"].min())),
+                      share_max=clean(float(per_run["mpi_share"].max())), r_mpi_time=clean(float(r)),
+                      routines=[{"routine": k, "share": clean(float(v))} for k, v in shares.head(shown).items()])
 
 
 def locality_classes(runs: pd.DataFrame) -> tuple[pd.Series, list[str]]:
@@ -214,7 +214,8 @@ def placement_summary(runs: pd.DataFrame) -> Placement:
     loc, classes = locality_classes(runs)
     return Placement(r_num_groups=clean(r["num_groups"]), r_num_routers=clean(r["num_routers"]),
                      locality={c: {"runs": int((loc == c).sum()),
-                                   "median_s": float(runs.loc[loc == c, "total_time_s"].median())} for c in classes})
+                                   "median_s": clean(float(runs.loc[loc == c, "total_time_s"].median()))}
+                               for c in classes})
 
 
 def plot_placement(runs: pd.DataFrame, dataset: str, path: Path) -> Path:
@@ -283,7 +284,8 @@ def run(dataset_dir: str | Path, out_dir: str | Path, config: OverviewSettings |
         print(f"overview: {name}: {found[name].runs} runs", file=sys.stderr, flush=True)
     result = OverviewResult(
         params=settings, campaign=campaign(runs, failed, quarantined, spread, cov, rel, settings),
-        spread=[DatasetSpread(**r) for r in records(spread)], coverage=[Coverage(**r) for r in records(cov)],
+        spread=[DatasetSpread(**clean(r)) for r in records(spread)],
+        coverage=[Coverage(**clean(r)) for r in records(cov)],
         datasets=found)
     result.write(out)
     return result

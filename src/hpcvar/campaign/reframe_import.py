@@ -9,9 +9,8 @@ report of a later round, only adds what is new.
 * run id: ``<system>-<job id>`` for batch jobs (Slurm ids are unique); ``<system>-<session>-<pid>``
   for ReFrame's local scheduler, whose job ids are process ids.
 * applications: ``app.out`` (output timestamped by ``ts``) becomes ``stdout.txt``; the node
-  samplers' files and the mpiP reports are kept (collation turns the samples into counters).
-
-The import copies files and writes the manifest; it computes nothing from them.
+  samplers' files and the mpiP reports are kept as they are (collation turns the samples into
+  per-step counters).
 * microbenchmarks: their CSV files are kept (collate reads them into ``latency`` and
   ``latency_histograms``), with the job's stdout as ``stdout.txt``.
 * LDMS: with a store (``--ldms``), the rows of the job's window go to ``ldms/`` (:func:`slice_ldms`),

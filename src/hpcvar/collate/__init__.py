@@ -333,7 +333,9 @@ def collate_run(run_dir: Path, system: SystemInfo, topo: Topology, meta: dict) -
     elif samples := sorted(run_dir.glob(NODE_COUNTERS_GLOB)):
         try:
             step_counters = sampled_step_counters(samples, out.steps).assign(run_id=run_id)[columns]
-        except ValueError as exc:  # the samples do not cover every step: the run stays, without counters
+        except ParseError as exc:  # a malformed sampler file: the run stays, without step counters
+            set_aside.append({**exc.as_dict(), "run_id": run_id, "kind": "step_counters"})
+        except ValueError as exc:  # samples that do not cover every step, or steps without a time
             set_aside.append({"file": str(samples[0].parent / NODE_COUNTERS_GLOB), "line": None,
                               "error": str(exc), "run_id": run_id, "kind": "step_counters"})
     mpi = _mpi_profile(run_id, sorted(run_dir.glob("*" + MPIP_SUFFIX)))

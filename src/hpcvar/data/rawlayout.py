@@ -56,6 +56,8 @@ MPIP_SUFFIX = ".mpiP"
 #: directory, ``hpcvar.simulate.truth``) or a testbed campaign's planted workload (in its results
 #: directory, ``hpcvar.campaign.background``). Collation never reads it.
 TRUTH = "truth.json"
+#: Beside the simulator's truth: its oracle forecaster's k-step sums (the forecast scores it as a model).
+TRUTH_ORACLE = "truth_oracle.parquet"
 #: The suite's timestamped copy of a job's standard output in its ReFrame output directory
 #: (``reframe_tests/common/mixins.py``), which the import copies to ``STDOUT``.
 APP_OUTPUT = "app.out"

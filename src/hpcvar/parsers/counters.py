@@ -82,7 +82,7 @@ def long_table(wide: pd.DataFrame) -> pd.DataFrame:
     counters = wide.drop(columns="step")
     table2 = aries.to_table2(counters)
     others = [c for c in counters.columns if not aries.is_counter(c) and c not in aries.SUMS]
-    table2 = pd.concat([table2, counters[others]], axis=1)  # read_wide guarantees one column at least
+    table2 = pd.concat([table2, counters[others]], axis=1)
     table2.insert(0, "step", wide["step"])
     return table2.melt(id_vars="step", var_name="counter", value_name="value")
 

@@ -146,6 +146,7 @@ class Builder:
         self.dataset_dir = Path(dataset_dir)
         self.analyses_dir = Path(analyses_dir) if analyses_dir else None
         self.fig_dir = Path(figures_dir)
+        self._results: dict[type, Result | None] = {}
         self.pseudo = pseudo
         self.runs = self.ds.read("runs")
         if self.runs.empty:
@@ -169,8 +170,11 @@ class Builder:
         return self.figure(section, dataset, name, title, dst)
 
     def result(self, kind: type[R]) -> R | None:
-        """The analysis's typed result (``analyses/<analysis>/summary.json``), None if it did not run."""
-        return kind.read(self.analyses_dir / kind.NAME) if self.analyses_dir else None
+        """The analysis's typed result (``analyses/<analysis>/summary.json``), None if it did not run
+        (read once per report)."""
+        if kind not in self._results:
+            self._results[kind] = kind.read(self.analyses_dir / kind.NAME) if self.analyses_dir else None
+        return self._results[kind]
 
     @staticmethod
     def no_analysis(analysis: str, result: Result | None) -> str:
@@ -270,10 +274,11 @@ class Builder:
             f"{c.failed} runs failed ({', '.join(f'{n} {s}' for s, n in c.failed_states.items()) or 'none'}) "
             "and are not used as data. "
             f"The same job did not take the same time: in the widest dataset, {c.widest}, the slowest run "
-            f"took {c.widest_ratio:.2f}x as long as the fastest, and {100 * c.share_slow:.0f}% of all runs took "
-            f"more than {res.params.slow_factor:g}x their dataset's best run. "
-            f"The longest stretch without a run was {_num(c.longest_gap_days, '{:.1f}')} days ({c.longest_gap}); "
-            "slow runs that cluster in time point to a cause on the system rather than in the code.")
+            f"took {_num(c.widest_ratio, '{:.2f}')}x as long as the fastest, and {100 * c.share_slow:.0f}% of all "
+            f"runs took more than {res.params.slow_factor:g}x their dataset's best run. "
+            + (f"The longest stretch without a run was {c.longest_gap_days:.1f} days ({c.longest_gap}); "
+               if c.longest_gap is not None else "")
+            + "slow runs that cluster in time point to a cause on the system rather than in the code.")
         if c.quarantined:
             reading += (f" {c.quarantined} input files were set aside as malformed "
                         "(listed in the dataset's quarantine.jsonl).")
@@ -300,11 +305,16 @@ class Builder:
         spread = {r.dataset: r for r in res.spread}
         parts = []
         for name in self.names:
-            d, sp = res.datasets[name], spread[name]
+            d, sp = res.datasets.get(name), spread.get(name)
             part = Part(name)
+            if d is None or sp is None:  # collated after the overview ran
+                part.reading = ("Not in the overview's result (collated after it ran): run `hpcvar overview` "
+                                "again.")
+                parts.append(part)
+                continue
             on = f" on {d.nodes} nodes" if d.nodes is not None else ""
-            text = (f"{d.runs} runs of {d.app}{on} took {sp.min_s:,.0f} s to {sp.max_s:,.0f} s: the slowest run "
-                    f"took {sp.slowest_fastest:.2f}x as long as the fastest. ")
+            text = (f"{d.runs} runs of {d.app}{on} took {_num(sp.min_s, '{:,.0f}')} s to {_num(sp.max_s, '{:,.0f}')} "
+                    f"s: the slowest run took {_num(sp.slowest_fastest, '{:.2f}')}x as long as the fastest. ")
             if d.steps is not None:
                 fig = self.copy_figure("datasets", name, "step_spread", "Time per step (Figure 3)",
                                        res.path(OverviewDataset.figure(name, "step_spread")))
@@ -488,12 +498,13 @@ class Builder:
         res = self.result(OverviewResult)
         parts = []
         for name in self.names if res is not None else []:
-            st = res.datasets[name].placement
+            st = res.datasets[name].placement if name in res.datasets else None
             if st is None:
                 continue  # runs imported from tables (hpcvar import-neighbourhood): nodes unknown
             fig = self.copy_figure("placement", name, "placement", "Run time vs placement",
                                    res.path(OverviewDataset.figure(name, "placement")))
-            loc = ", ".join(f"{c}: {v.runs} runs, median {v.median_s:,.0f} s" for c, v in st.locality.items())
+            loc = ", ".join(f"{c}: {v.runs} runs, median {_num(v.median_s, '{:,.0f}')} s"
+                            for c, v in st.locality.items())
             parts.append(Part(name, figures=[fig] if fig else [],
                               reading=(f"Correlation of run time with the groups spanned r = {_r(st.r_num_groups)}, "
                                        f"with the routers spanned r = {_r(st.r_num_routers)}. By locality class: "

@@ -19,10 +19,10 @@ class DatasetSpread(Record):
 
     dataset: str
     runs: int
-    mean_s: float
-    min_s: float
-    max_s: float
-    slowest_fastest: float
+    mean_s: float | None
+    min_s: float | None
+    max_s: float | None
+    slowest_fastest: float | None  # null when the fastest run took 0 s (sacct's whole seconds)
     steps: int | None  # median steps per run; null for runs imported without steps
     first: str  # first and last start, YYYY-MM-DD
     last: str
@@ -53,7 +53,7 @@ class Campaign(Record):
     quarantined: int  # input files set aside as malformed
     share_slow: float  # of all runs, those over slow_factor x their dataset's best run
     widest: str  # the dataset whose slowest run took the most times its fastest
-    widest_ratio: float
+    widest_ratio: float | None
     longest_gap: str | None  # the dataset with the longest stretch without a run, and its days
     longest_gap_days: float | None
 
@@ -71,22 +71,22 @@ class StepSpread(Record):
 
 class RoutineShare(Record):
     routine: str
-    share: float  # of the MPI time of every profiled run
+    share: float | None  # of the MPI time of every profiled run
 
 
 class MPIProfile(Record):
     """Compute against MPI time over the dataset's mpiP profiles (Figures 4-5)."""
 
     profiled_runs: int
-    share_min: float  # MPI's share of a run's time, over runs
-    share_max: float
+    share_min: float | None  # MPI's share of a run's time, over runs
+    share_max: float | None
     r_mpi_time: float | None  # Pearson r of MPI time per rank with run time; null with 2 runs or fewer
     routines: list[RoutineShare]  # the largest shares, largest first
 
 
 class LocalityTimes(Record):
     runs: int
-    median_s: float
+    median_s: float | None
 
 
 class Placement(Record):

@@ -17,14 +17,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hpcvar.data.rawlayout import TRUTH
+from hpcvar.data.rawlayout import TRUTH, TRUTH_ORACLE
 from hpcvar.defaults import FORECAST_GRID, cell_key
 from hpcvar.simulate import model
 from hpcvar.simulate.presets import DatasetSpec, Preset
 from hpcvar.simulate.system import LARGE_JOB_NODES, Users
 
-#: The oracle forecaster's expected k-step sums per run and t_c, beside the actual ones.
-TRUTH_ORACLE = "truth_oracle.parquet"
 #: The hidden state per run and step, and the seconds each planted cause added to the step.
 TRUTH_STEPS = "truth_steps.parquet"
 #: The per-run truth file: one row per run, its dominant planted cause (``dominant``: the category

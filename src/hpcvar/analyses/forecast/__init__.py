@@ -44,6 +44,7 @@ from hpcvar.analyses.forecast import outputs
 from hpcvar.analyses.forecast.grid import (DatasetResult, fit_final, long_run, mape_of, oracle_by_cell,
                                            permutation_importance, run_grid)
 from hpcvar.analyses.forecast.windows import make_folds, series
+from hpcvar.data.rawlayout import TRUTH_ORACLE
 from hpcvar.defaults import FORECAST_FEATURE_SETS, FORECAST_GRID, cell_key, feature_groups
 from hpcvar.results import clean
 from hpcvar.results import forecast as results
@@ -195,7 +196,7 @@ def load_oracle(truth: str | Path | None) -> tuple[pd.Series | None, dict | None
         return None, None
     truth = Path(truth)
     doc = json.loads(truth.read_text()) if truth.exists() else None
-    path = truth.with_name("truth_oracle.parquet")
+    path = truth.with_name(TRUTH_ORACLE)
     if not path.exists():
         return None, doc
     o = pd.read_parquet(path, columns=["run_id", "t_c", "k", "oracle_s"])
@@ -225,7 +226,7 @@ def run(dataset_dir: str | Path, out_dir: str | Path, config: ForecastSettings |
     notes += [f"long run {long}: {train} is not analysed, so it was not forecast"
               for train, long in pairs.items() if train not in names]
     if truth and oracle is None:
-        notes.append(f"no oracle: {Path(truth).with_name('truth_oracle.parquet')} not found")
+        notes.append(f"no oracle: {Path(truth).with_name(TRUTH_ORACLE)} not found")
     # One dataset's part (with its long run, if it trains one): the notes stay the campaign's.
     names = [n for n in names if only is None or n == only]
     results = {}

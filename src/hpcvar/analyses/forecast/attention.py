@@ -3,7 +3,7 @@ fully-connected head.
 
 Input: a window of ``m`` steps x ``F`` features, each the relative deviation of the step's value
 from the training runs' mean at that step (the step's own duration deviation first; system-wide
-counters as per-second rates against their mean rate, see ``forecast.Profile``).
+counters as per-second rates against their mean rate, see :class:`~hpcvar.analyses.forecast.windows.Profile`).
 Output: the log of the ratio of the next k steps' time to the mean profile's time for them.
 
 With a few dozen training runs per dataset, a free network does worse than persistence, so the
@@ -12,7 +12,7 @@ correction to persistence's log-ratio and starts at zero, the counters' input we
 zero, and training keeps the untrained model unless an epoch beats it on the validation runs.
 
 One network's forecast still depends on its initialisation and on which runs early stopping
-watched; :class:`Ensemble` averages several (``forecast.fit_attention``). The head can output
+watched; :class:`Ensemble` averages several (:func:`~hpcvar.analyses.forecast.models.fit_attention`). The head can output
 several horizons (``outputs``, trained together; the forecast is the last), which teaches the
 network how fast a slow stretch fades.
 
