@@ -43,8 +43,9 @@ def test_one_rule_runs_every_analysis_of_the_registry():
     neighbourhood), forecast for the truth."""
     from hpcvar.analyses.registry import ANALYSES
 
-    assert _rule_counts()["analysis"] == len(ANALYSES)
-    label, edges = _dag()
+    # --forceall: the plan from scratch, whatever a main job run in this checkout left in results/.
+    assert _rule_counts("--forceall")["analysis"] == len(ANALYSES)
+    label, edges = _dag("--forceall")
     node = {_wildcards(text)["analysis"]: n for n, text in label.items() if text.startswith("analysis\\n")}
     assert set(node) == set(ANALYSES)
     for name, analysis in ANALYSES.items():
@@ -58,9 +59,9 @@ def test_fanned_out_analyses_wait_on_the_collate_checkpoint():
     registry entry waits on the collate checkpoint; its parts are planned once it has run."""
     from hpcvar.analyses.registry import ANALYSES
 
-    counts = _rule_counts("--config", "fan_out=dataset")
+    counts = _rule_counts("--forceall", "--config", "fan_out=dataset")
     assert counts["analysis"] == len(ANALYSES) and "analysis_part" not in counts
-    label, edges = _dag("--config", "fan_out=dataset")
+    label, edges = _dag("--forceall", "--config", "fan_out=dataset")
     node = {_wildcards(text)["analysis"]: n for n, text in label.items() if text.startswith("analysis\\n")}
     collate = next(n for n, text in label.items() if text.startswith("collate"))
     assert set(node) == set(ANALYSES) and all((collate, n) in edges for n in node.values())
@@ -185,10 +186,11 @@ def test_every_summary_reads_back_through_its_typed_result(main_job):
     from hpcvar.results.forecast import ForecastResult
     from hpcvar.results.interference import InterferenceResult
     from hpcvar.results.neighbourhood import NeighbourhoodResult
+    from hpcvar.results.overview import OverviewResult
 
     assert main_job.result.returncode == 0, main_job.result.stderr[-3000:]
     analyses = main_job.results / "analyses"
-    kinds = (NeighbourhoodResult, DeviationResult, ForecastResult, DistributionsResult, CompareResult,
+    kinds = (OverviewResult, NeighbourhoodResult, DeviationResult, ForecastResult, DistributionsResult, CompareResult,
              InterferenceResult, ExplainResult)
     assert {k.NAME for k in kinds} == {p.name for p in analyses.iterdir() if (p / "summary.json").is_file()}
     for kind in kinds:

@@ -33,7 +33,8 @@ import pandas as pd
 
 from hpcvar.analyses.common import PALETTE, savefig, subplots
 from hpcvar.data.dataset import Dataset
-from hpcvar.results.interference import InterferenceResult
+from hpcvar.results import clean
+from hpcvar.results.interference import InterferenceResult, Job, Policy, RunCount, Slowdowns
 
 SLOWDOWNS = ("slowdown_total", "slowdown_comm", "slowdown_latency")
 ROUTING = "site"
@@ -138,20 +139,19 @@ def analyse(experiment_dir: str | Path, out_dir: str | Path | None = None) -> In
     jobs.to_csv(out / InterferenceResult.table("jobs", "csv"), index=False)
     samples_df.to_csv(out / InterferenceResult.table("samples", "csv"), index=False)
     samples_df.to_parquet(out / InterferenceResult.table("samples", "parquet"), index=False)
-    summary = {
-        "experiment": str(book["experiment"].iloc[0]) if len(book) else None, "mode": "slurm",
-        "source": str(exp_dir / "experiment.csv"), "repetitions": int(book["repetition"].nunique()),
-        "jobs": {j: {"role": g["role"].iloc[0], "test": g["test"].iloc[0], "pattern": g["pattern"].iloc[0],
-                     "nodes": int(g["nodes"].iloc[0])} for j, g in book.groupby("job", sort=False)},
-        "policies": {p: {"victim": g["victim_policy"].iloc[0], "aggressors": g["aggressor_policy"].iloc[0]}
-                     for p, g in book.groupby("policy", sort=False)},
-        "slowdowns": {job: {pol: {ROUTING: {k: _median(gp[k]) for k in SLOWDOWNS}}
-                            for pol, gp in gj.groupby("policy", sort=False)}
-                      for job, gj in jobs.groupby("job", sort=False)} if len(jobs) else {},
-        "runs": {"collated": int(book["run_id"].isin(runs.index).sum()), "failed": sorted(set(book["run_id"]) & set(failed))},
-        "notes": notes,
-    }
-    result = InterferenceResult.build(summary)
+    result = InterferenceResult(
+        experiment=str(book["experiment"].iloc[0]) if len(book) else None, mode="slurm",
+        source=str(exp_dir / "experiment.csv"), repetitions=int(book["repetition"].nunique()),
+        jobs={j: Job(**clean({"role": g["role"].iloc[0], "test": g["test"].iloc[0], "pattern": g["pattern"].iloc[0],
+                              "nodes": int(g["nodes"].iloc[0])})) for j, g in book.groupby("job", sort=False)},
+        policies={p: Policy(victim=g["victim_policy"].iloc[0], aggressors=g["aggressor_policy"].iloc[0])
+                  for p, g in book.groupby("policy", sort=False)},
+        slowdowns={job: {pol: {ROUTING: Slowdowns(**{k: _median(gp[k]) for k in SLOWDOWNS})}
+                         for pol, gp in gj.groupby("policy", sort=False)}
+                   for job, gj in jobs.groupby("job", sort=False)} if len(jobs) else {},
+        runs=RunCount(collated=int(book["run_id"].isin(runs.index).sum()),
+                      failed=sorted(set(book["run_id"]) & set(failed))),
+        notes=notes)
     result.write(out)
     draw_figures(out)
     return result

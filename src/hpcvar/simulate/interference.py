@@ -88,7 +88,8 @@ import yaml
 
 from hpcvar.experiments.placement import Placement, PlacementError, place_jobs, seeded_rng
 from hpcvar.experiments.spec import ROUTINGS, Experiment, ExperimentError, JobSpec, SystemSpec, load_experiment
-from hpcvar.results.interference import InterferenceResult
+from hpcvar.results import clean
+from hpcvar.results.interference import InterferenceResult, Job, Policy, Slowdowns, System
 from hpcvar.simulate.presets import Preset
 from hpcvar.simulate.system import build_topology
 from hpcvar.util.grids import factor
@@ -646,20 +647,19 @@ def run_experiment(exp: Experiment, progress: bool = True) -> SimulatedExperimen
     jobs = pd.DataFrame(job_rows)
     samples = pd.concat(sample_frames, ignore_index=True)
     network = pd.DataFrame(net_rows)
-    summary = {
-        "experiment": exp.name, "source": exp.source, "seed": exp.seed, "repetitions": exp.repetitions,
-        "samples": exp.samples, "system": {**asdict(exp.system), **net.describe()},
-        "jobs": {j.name: {"role": j.role, "test": j.test, "pattern": j.pattern, "nodes": j.nodes,
-                          "message_bytes": j.message_bytes, "compute_s": j.compute_s} for j in specs},
-        "policies": {p.label: {"victim": p.victim, "aggressors": p.aggressors} for p in exp.policies},
-        # Median over repetitions of each job's slowdowns, per policy and routing.
-        "slowdowns": {job: {pol: {rt: {k: float(g[k].median()) for k in SLOWDOWNS}
-                                  for rt, g in by_pol.groupby("routing", sort=False)}
-                            for pol, by_pol in by_job.groupby("policy", sort=False)}
-                      for job, by_job in jobs.groupby("job", sort=False)},
-        "elapsed_s": round(time.monotonic() - t0, 2),
-    }
-    return SimulatedExperiment(jobs, samples, network, InterferenceResult.build(summary))
+    summary = InterferenceResult(
+        experiment=exp.name, source=exp.source, seed=exp.seed, repetitions=exp.repetitions, samples=exp.samples,
+        system=System(**{**asdict(exp.system), **net.describe()}),
+        jobs={j.name: Job(role=j.role, test=j.test, pattern=j.pattern, nodes=j.nodes, message_bytes=j.message_bytes,
+                          compute_s=j.compute_s) for j in specs},
+        policies={p.label: Policy(victim=p.victim, aggressors=p.aggressors) for p in exp.policies},
+        # Median over repetitions of each job's slowdowns, per policy and routing (null where NaN).
+        slowdowns={job: {pol: {rt: Slowdowns(**clean({k: float(g[k].median()) for k in SLOWDOWNS}))
+                               for rt, g in by_pol.groupby("routing", sort=False)}
+                         for pol, by_pol in by_job.groupby("policy", sort=False)}
+                   for job, by_job in jobs.groupby("job", sort=False)},
+        elapsed_s=round(time.monotonic() - t0, 2))
+    return SimulatedExperiment(jobs, samples, network, summary)
 
 
 def simulate_experiment(path: str | Path, out: str | Path, overrides: dict[str, object] | None = None,

@@ -117,7 +117,7 @@ def run(before: str | Path, after: str | Path | None = None, out_dir: str | Path
             "settings": {**settings.as_dict(), "correction": "holm", "higher_is_better": list(higher_is_better),
                          "lower_is_better": list(lower_is_better)}}
     if out_dir is None:
-        return CompareResult.build(summarise(table, fails, meta))
+        return summarise(table, fails, meta)
     return write_outputs(table, out_dir, before_samples, after_samples, reference=reference_samples, meta=meta,
                          fail_verdicts=fails, figures=figures)
 

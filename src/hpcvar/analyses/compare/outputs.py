@@ -11,7 +11,8 @@ import numpy as np
 import pandas as pd
 
 from hpcvar.analyses.compare.stats import DEFAULT_FAIL_ON, VERDICTS, fmt_g
-from hpcvar.results.compare import CompareResult
+from hpcvar.results import clean
+from hpcvar.results.compare import CompareResult, Pair, Regression
 from hpcvar.util.fileio import atomic_path
 
 CSV_COLUMNS = ["test", "variable", "unit", "better", "n_before", "n_after", "median_before", "median_after",
@@ -114,7 +115,7 @@ def write_outputs(table: pd.DataFrame, out: str | Path, before: pd.DataFrame, af
     out.mkdir(parents=True, exist_ok=True)
     with atomic_path(out / "compare.csv") as tmp:
         flat.to_csv(tmp, index=False)
-    result = CompareResult.build(summarise(table, fail_verdicts, meta))
+    result = summarise(table, fail_verdicts, meta)
     result.write(out)
     return result
 
@@ -132,17 +133,18 @@ def _plain(v):
     return v
 
 
-def summarise(table: pd.DataFrame, fail_verdicts=DEFAULT_FAIL_ON, meta: dict | None = None) -> dict:
-    """The ``summary.json`` document as a dict (:meth:`CompareResult.build` makes it a result)."""
+def summarise(table: pd.DataFrame, fail_verdicts=DEFAULT_FAIL_ON, meta: dict | None = None) -> CompareResult:
+    """The result (``summary.json``): the pairs, the verdicts counted, the regressions; ``meta``:
+    the sources compared and the settings."""
     counts = {v: int((table["verdict"] == v).sum()) if not table.empty else 0 for v in VERDICTS}
     flagged = table[table["verdict"].isin(fail_verdicts)] if not table.empty else table
     counted = ("n_before", "n_after", "groups_before", "groups_after", "permutations")
-    pairs = [{k: (int(v) if k in counted and v is not None else v) for k, v in
-              ((k, _plain(v)) for k, v in rec.items())} for rec in table.to_dict("records")]
-    return {**(meta or {}), "fail_on": list(fail_verdicts), "verdicts": counts, "regression": bool(len(flagged)),
-            "regressions": [{"test": r["test"], "variable": r["variable"], "verdict": r["verdict"],
-                             "reason": r["reason"]} for r in flagged.to_dict("records")],
-            "exit_code": 1 if len(flagged) else 0, "pairs": pairs}
+    pairs = [Pair(**clean({k: (int(v) if k in counted and v is not None else v) for k, v in
+                           ((k, _plain(v)) for k, v in rec.items())})) for rec in table.to_dict("records")]
+    return CompareResult(**(meta or {}), fail_on=list(fail_verdicts), verdicts=counts, regression=bool(len(flagged)),
+                         regressions=[Regression(test=r["test"], variable=r["variable"], verdict=r["verdict"],
+                                                 reason=r["reason"]) for r in flagged.to_dict("records")],
+                         exit_code=1 if len(flagged) else 0, pairs=pairs)
 
 
 def format_table(result: CompareResult) -> str:
