@@ -292,8 +292,6 @@ class Context:
             xs, ys = [], []
             attribution = self.attribution(dataset)
             if attribution is not None:
-                d = self.deviation.datasets[dataset]
-                net = [f for f in d.attribution_features if category(f) == "network" and f in attribution.columns]
                 for rid, part in attribution.groupby(level=0, sort=False):
                     run = self.runs.loc[rid]
                     steps = _step_times(self, run)

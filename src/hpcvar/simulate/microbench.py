@@ -22,7 +22,6 @@ the run's window and the manifest.
 from __future__ import annotations
 
 import types
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
