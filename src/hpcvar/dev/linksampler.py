@@ -37,6 +37,12 @@ from hpcvar.system.linkcounters import LINK_METRICS
 STORE_NAME = "links"
 
 
+def store_files(store_dir: Path) -> list[Path]:
+    """The store's files in the order written, one per start of the sampler (``links.<epoch>``)."""
+    files = [p for p in Path(store_dir).glob(f"{STORE_NAME}.*") if p.suffix != ".HEADER"]
+    return sorted(files, key=lambda p: (len(p.name), p.name))
+
+
 def link_class(spec: TestbedSpec, device: str) -> str:
     """``GL`` for a global link end (named after a router), ``NL`` for a node link end."""
     return "NL" if device in spec.node_names else "GL"
@@ -80,7 +86,11 @@ class LinkSampler:
         self.store_dir.mkdir(parents=True, exist_ok=True)
         # One file per start, named as LDMS names rollover files (<store>.<epoch>): a restart keeps
         # what was sampled before.
-        self.writer = StoreCsvWriter(self.store_dir / f"{STORE_NAME}.{int(time.time())}", self.columns)
+        path = self.store_dir / f"{STORE_NAME}.{int(time.time())}"
+        while path.exists():  # a restart within the second: never write over the earlier run's rows
+            time.sleep(0.2)
+            path = self.store_dir / f"{STORE_NAME}.{int(time.time())}"
+        self.writer = StoreCsvWriter(path, self.columns)
         self.integrals = {(g, dev): [0.0, 0.0] for g in range(spec.groups) for dev in self.devices[g]}  # us, B*ms
         self.backlog: dict[tuple[int, str], int] = {}
         self.last: dict[int, dict] = {}

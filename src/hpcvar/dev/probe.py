@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from hpcvar.campaign.background import TRAFFIC
+from hpcvar.dev.linksampler import store_files
 from hpcvar.dev.testbed import TestbedSpec
 from hpcvar.parsers import ldms, microbenchmarks
 
@@ -106,18 +107,32 @@ def run_victim(nodes: tuple[str, str], bindir: Path, work: Path, slurm_env: dict
 
 def link_window(store: Path, start: float, end: float, router: str, device: str) -> dict[str, float]:
     """The change of one link end's counters over [start, end], and the share of the window with
-    a queue (``QUEUED_US`` over the window's length)."""
-    files = sorted(p for p in Path(store).glob("links.*") if not p.name.endswith(".HEADER"))
-    frames = [ldms.read(f) for f in files]
-    table = pd.concat(frames, ignore_index=True)
-    mine = table[table["producer"] == router].sort_values("time")
-    before = mine[mine["time"] <= start].tail(1)
-    after = mine[mine["time"] >= end].head(1)
-    if before.empty or after.empty:
-        raise RuntimeError(f"the link store has no samples of {router} around [{start}, {end}]")
+    a queue (``QUEUED_US`` over the window's length).
+
+    Both samples come from one store file: the sampler writes a file per start (``links.<epoch>``),
+    and a restart (``down`` then ``up``, another shape) starts every counter again from the new
+    network's, so a difference across two files means nothing. The window must lie in the run of
+    the sampler whose file holds the first sample at or after ``end``."""
+    before = after = None
+    for f in store_files(store):
+        table = ldms.read(f)
+        mine = table[table["producer"] == router].sort_values("time", kind="stable")
+        later = mine[mine["time"] >= end]
+        if later.empty:
+            continue
+        if after is None or float(later["time"].iloc[0]) < float(after["time"].iloc[0]):
+            after, before = later.head(1), mine[mine["time"] <= start].tail(1)
+            source = f
+    if after is None:
+        raise RuntimeError(f"the link store {store} has no sample of {router} at or after {end}")
+    if before.empty:
+        raise RuntimeError(f"{source}: no sample of {router} at or before {start}: the window starts before "
+                           "this run of the link sampler (the testbed came up after it began)")
     out = {}
     for metric in ("TX_BYTES", "OVERLIMITS", "QUEUED_US", "BACKLOG_BMS", "DROPS"):
         col = f"GL_{metric}#{device}"
+        if col not in after.columns:
+            raise RuntimeError(f"{source}: router {router} has no link to {device} (no column {col})")
         out[metric.lower()] = float(after[col].iloc[0]) - float(before[col].iloc[0])
     span = float(after["time"].iloc[0]) - float(before["time"].iloc[0])
     out["queued_share"] = out["queued_us"] / 1e6 / span

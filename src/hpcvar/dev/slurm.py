@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpcvar.dev import testbed as tb
+from hpcvar.dev.linksampler import store_files
 from hpcvar.util.fileio import atomic_path
 
 DEFAULT_DIR = "/var/tmp/hpcvar-slurm"
@@ -675,6 +676,7 @@ def _start_node_slurmd(layout: Layout, node: str, timeout: float) -> None:
 
 
 def _start_linksampler(layout: Layout, timeout: float) -> None:
+    earlier = set(store_files(layout.ldms))
     log = open(layout.log_file("linksampler"), "ab")
     proc = subprocess.Popen([sys.executable, "-m", "hpcvar.dev.linksampler", "--state", str(layout.root),
                              "--store", str(layout.ldms)], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
@@ -683,9 +685,11 @@ def _start_linksampler(layout: Layout, timeout: float) -> None:
     layout.pid_file("linksampler").write_text(f"{proc.pid}\n")
 
     def ready():
-        stores = sorted(layout.ldms.glob("links.*"))
-        return bool(stores) and stores[-1].stat().st_size > 0, "no rows in the link store yet"
-    _wait_until(ready, timeout, layout, "linksampler", f"rows in {layout.ldms}")
+        # Rows in the file this sampler opened: an earlier run's file (the one before a `down`)
+        # already has rows, and a probe started on those would compare two networks' counters.
+        mine = [p for p in store_files(layout.ldms) if p not in earlier]
+        return any(p.stat().st_size > 0 for p in mine), "no rows in this sampler's link store file yet"
+    _wait_until(ready, timeout, layout, "linksampler", f"rows in a new file of {layout.ldms}")
 
 
 def ensure_user(name: str) -> bool:

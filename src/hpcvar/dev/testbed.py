@@ -33,7 +33,7 @@ import shutil
 import signal
 import subprocess
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from itertools import combinations
 from pathlib import Path
 
