@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -233,7 +234,10 @@ def test_running_the_experiment_again_submits_nothing(toy_run):
     out, proc, env = toy_run
     assert proc.returncode == 0
     before = (out / "experiment.csv").read_text()
-    jobs = lambda: subprocess.run(["sacct", "--allusers", "-X", "-n", "-P", "-o", "JobID", "-S", "now-2hours"],  # noqa: E731
+    # One fixed start for both listings: a window relative to now drops the jobs that age out of
+    # it while the experiment runs again (on a cluster up for hours, as in a full local run).
+    since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 7200))
+    jobs = lambda: subprocess.run(["sacct", "--allusers", "-X", "-n", "-P", "-o", "JobID", "-S", since],  # noqa: E731
                                   capture_output=True, text=True, env=env).stdout.split()
     submitted = jobs()
     again = subprocess.run([sys.executable, "-m", "hpcvar", "interference", "run", str(out.parent / "toy.yaml"),
