@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import ipaddress
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
 
+from hpcvar.dev import probe
 from hpcvar.dev import testbed as tb
+from hpcvar.dev.linksampler import store_files
+from hpcvar.parsers.ldms import StoreCsvWriter
 from hpcvar.system import linkcounters
 from hpcvar.system.topology import Topology
 
@@ -95,36 +99,38 @@ def test_link_counters_are_summed_per_router_and_named_as_documented():
         assert f"`{name}`" in docs, name
 
 
+
 def _link_store(path, rows):
-    """A link sampler's store file: ``rows`` of (time, router, {column: value})."""
-    from hpcvar.parsers.ldms import StoreCsvWriter
-    import numpy as np
-    columns = sorted({c for _, _, values in rows for c in values})
+    """A link sampler's store file as LinkSampler writes it: every metric of every link end named
+    in ``rows`` (time, router, {device: TX_BYTES}); the other metrics count along (a tenth)."""
+    devices = sorted({d for _, _, values in rows for d in values})
+    columns = [f"GL_{m}#{d}" for d in devices for m in linkcounters.LINK_METRICS]
     with StoreCsvWriter(path, columns) as w:
         for t, router, values in rows:
+            row = [values.get(d, 0) // (1 if m == "TX_BYTES" else 10)
+                   for d in devices for m in linkcounters.LINK_METRICS]
             w.write_rows(np.array([t]), np.array([router], dtype=object), np.array([int(router[1:])]), 0,
-                         np.array([[values.get(c, 0) for c in columns]], dtype=np.int64))
+                         np.array([row], dtype=np.int64))
 
 
 def test_a_link_window_never_subtracts_counters_of_two_runs_of_the_sampler(tmp_path):
     """`down` then `up` with another shape starts a new store file and new counters: a window is
     measured within one file, and one that starts before the new sampler's first row is refused
     (CI once got r0>r1 = -332 MB and NaN for r0>r2 from the 2-group network's last row)."""
-    from hpcvar.dev import probe
-    from hpcvar.dev.linksampler import store_files
-    old = {"GL_TX_BYTES#r1": 332_605_088, "GL_OVERLIMITS#r1": 9, "GL_QUEUED_US#r1": 5,
-           "GL_BACKLOG_BMS#r1": 7, "GL_DROPS#r1": 1}
-    _link_store(tmp_path / "links.1795799756", [(100.0 + i, "r0", old) for i in range(5)])
-    new = [(110.0 + i, "r0", {"GL_TX_BYTES#r1": 1000 * i, "GL_TX_BYTES#r2": 10 * i, "GL_QUEUED_US#r1": 0,
-                              "GL_OVERLIMITS#r1": 0, "GL_BACKLOG_BMS#r1": 0, "GL_DROPS#r1": 0})
-           for i in range(6)]
-    _link_store(tmp_path / "links.1795799993", new)
+    # The 2-group network's run: r0 links to r1 only, its counters far above the new run's.
+    _link_store(tmp_path / "links.1795799756", [(100.0 + i, "r0", {"r1": 332_605_088 + 500 * i}) for i in range(5)])
+    # The 3-group network's run, started later: its counters begin again.
+    _link_store(tmp_path / "links.1795799993", [(110.0 + i, "r0", {"r1": 1000 * i, "r2": 20 * i}) for i in range(6)])
     (tmp_path / "links.1795799993.HEADER").write_text("#Time\n")
     assert [p.name for p in store_files(tmp_path)] == ["links.1795799756", "links.1795799993"]
     inside = probe.link_window(tmp_path, 111.0, 114.0, "r0", "r1")
-    assert inside["tx_bytes"] == 3000 and inside["queued_share"] == 0
-    assert probe.link_window(tmp_path, 100.0, 103.0, "r0", "r1")["tx_bytes"] == 0  # the old run's own window
+    assert inside["tx_bytes"] == 3000 and inside["overlimits"] == 300
+    assert inside["queued_share"] == pytest.approx(300 / 1e6 / 3)  # 300 us queued over 3 s
+    assert probe.link_window(tmp_path, 111.0, 114.0, "r0", "r2")["tx_bytes"] == 60
+    assert probe.link_window(tmp_path, 100.0, 103.0, "r0", "r1")["tx_bytes"] == 1500  # the old run's own window
     with pytest.raises(RuntimeError, match=r"links\.1795799993: no sample of r0 at or before 108.*after it began"):
         probe.link_window(tmp_path, 108.0, 112.0, "r0", "r1")
     with pytest.raises(RuntimeError, match="no sample of r0 at or after 120"):
         probe.link_window(tmp_path, 111.0, 120.0, "r0", "r1")
+    with pytest.raises(RuntimeError, match=r"links\.1795799756: router r0 has no link to r2"):
+        probe.link_window(tmp_path, 100.0, 103.0, "r0", "r2")

@@ -112,18 +112,16 @@ def link_window(store: Path, start: float, end: float, router: str, device: str)
     Both samples come from one store file: the sampler writes a file per start (``links.<epoch>``),
     and a restart (``down`` then ``up``, another shape) starts every counter again from the new
     network's, so a difference across two files means nothing. The window must lie in the run of
-    the sampler whose file holds the first sample at or after ``end``."""
-    before = after = None
-    for f in store_files(store):
-        table = ldms.read(f)
+    the sampler that took the first sample at or after ``end``: the first file, in the order
+    written, that has one (two runs never overlap)."""
+    for source in store_files(store):
+        table = ldms.read(source)
         mine = table[table["producer"] == router].sort_values("time", kind="stable")
-        later = mine[mine["time"] >= end]
-        if later.empty:
-            continue
-        if after is None or float(later["time"].iloc[0]) < float(after["time"].iloc[0]):
-            after, before = later.head(1), mine[mine["time"] <= start].tail(1)
-            source = f
-    if after is None:
+        after = mine[mine["time"] >= end].head(1)
+        if not after.empty:
+            before = mine[mine["time"] <= start].tail(1)
+            break
+    else:
         raise RuntimeError(f"the link store {store} has no sample of {router} at or after {end}")
     if before.empty:
         raise RuntimeError(f"{source}: no sample of {router} at or before {start}: the window starts before "
