@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from hpcvar.data.rawlayout import (APP_OUTPUT, MPIP_SUFFIX, RUNS_DIR, RUN_LDMS_DIR, SACCT, STDOUT, SYSTEM_FILE,
-                                   TOPOLOGY, is_complete, read_system, write_manifest, write_system)
+from hpcvar.data.rawlayout import (APP_OUTPUT, MPIP_SUFFIX, RUNS_DIR, RUN_LDMS_DIR, SACCT, STDERR, STDOUT,
+                                   SYSTEM_FILE, TOPOLOGY, is_complete, read_system, write_manifest, write_system)
 from hpcvar.parsers import ldms
 from hpcvar.parsers.errors import ParseError
 from hpcvar.parsers.reframe import final_attempts
@@ -192,6 +192,11 @@ def import_case(case: dict, session: dict, raw: Path, sacct: str = "sacct", ldms
         files.append(SACCT)
     if not passed:
         notes.append(f"ReFrame: {case.get('fail_phase')} failed: {case.get('fail_reason')}")
+        # What MPI, the launcher or the container runtime said when the job stopped.
+        stderr = outdir / (case.get("job_stderr") or "rfm_job.err")
+        if stderr.is_file() and stderr.stat().st_size:
+            _copy(stderr, run_dir / STDERR)
+            files.append(STDERR)
     else:
         sliced, ldms_notes = slice_ldms(case, run_dir, ldms_store, ldms_margin)
         files += sliced

@@ -28,7 +28,8 @@ import pandas as pd
 
 from hpcvar.data.dataset import Dataset
 from hpcvar.data.rawlayout import (COUNTERS, MANIFEST, MPIP_SUFFIX, NODE_COUNTERS_GLOB, PERFLOGS_DIR, RUNS_DIR,
-                                   RUN_LDMS_DIR, SACCT, STDOUT, SYSTEM_FILE, SystemInfo, is_complete, read_manifest)
+                                   RUN_LDMS_DIR, SACCT, STDERR, STDOUT, SYSTEM_FILE, SystemInfo, is_complete,
+                                   read_manifest)
 from hpcvar.data.schema import MPI_PROFILE, NEIGHBOURHOOD, RUN_COUNTERS, STEP_COUNTERS, SYSTEM_COUNTERS
 from hpcvar.parsers import apps, ldms, microbenchmarks, mpip, node_counters, reframe, sacct
 from hpcvar.parsers import counters as counter_files
@@ -72,8 +73,9 @@ class FailedRun:
     start: str | None               # ISO 8601; None when sacct had none
     end: str | None
     reframe: str | None = None      # "<phase> failed" when ReFrame failed the test
-    #: What the application's own output says (:func:`_output_of_failed_run`): ``output``, and
-    #: ``output_line`` and ``completed_steps`` when it was cut short; empty for microbenchmarks.
+    #: What the run's own output says (:func:`_output_of_failed_run`): the job's ``stderr`` (its
+    #: last lines), the application's ``output``, and ``output_line`` and ``completed_steps`` when
+    #: it was cut short.
     output: dict = field(default_factory=dict)
 
     def as_record(self) -> dict:
@@ -357,20 +359,32 @@ def sampled_step_counters(samples: list[Path], steps: pd.DataFrame) -> pd.DataFr
     return counter_files.long_table(pd.concat([deltas[["step"]], values.round()], axis=1))
 
 
+#: Distinct lines of a failed run's job standard error kept in its failure record.
+STDERR_LINES = 20
+
+
 def _output_of_failed_run(run_dir: Path, meta: dict) -> dict:
-    """What a failed application run's own output says: why it stopped where it did (a killed
-    job's output is truncated: the reason, with file and line) and the steps it completed before,
-    kept in the failure record (quarantine.jsonl) although the run is not data."""
+    """What a failed run's own output says: why it stopped where it did (a killed application's
+    output is truncated: the reason, with file and line), the steps it completed before, and the
+    end of the job's standard error (MPI's or the container runtime's error), kept in the failure
+    record (quarantine.jsonl) although the run is not data."""
+    found = {}
+    stderr = run_dir / STDERR
+    if stderr.exists():
+        # Every rank prints the same error: its distinct lines, in order, are the message.
+        lines = dict.fromkeys(line.strip()[:200] for line in stderr.read_text(errors="replace").splitlines()
+                              if line.strip().strip("-"))
+        found["stderr"] = "\n".join(list(lines)[:STDERR_LINES])
     stdout = run_dir / STDOUT
     if meta.get("kind") == "microbenchmark" or not stdout.exists():
-        return {}
+        return found
     try:
         out = apps.read(stdout)
     except TruncatedOutput as exc:
-        return {"output": exc.message, "output_line": exc.line, "completed_steps": exc.completed}
+        return {**found, "output": exc.message, "output_line": exc.line, "completed_steps": exc.completed}
     except ParseError as exc:
-        return {"output": exc.message, "output_line": exc.line}
-    return {"output": f"complete application output with {len(out.steps)} steps"}
+        return {**found, "output": exc.message, "output_line": exc.line}
+    return {**found, "output": f"complete application output with {len(out.steps)} steps"}
 
 
 def _mpi_profile(run_id: str, paths: list[Path]) -> pd.DataFrame:

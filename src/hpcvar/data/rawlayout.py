@@ -34,6 +34,9 @@ MANIFEST_KEYS = ("run_id", "app", "dataset", "num_nodes", "job_id", "files")
 RUNS_DIR = "runs"
 #: A run's application output (what the parsers of ``hpcvar.parsers.apps`` read).
 STDOUT = "stdout.txt"
+#: A failed run's job standard error (the suite's ``rfm_job.err``): what MPI, the launcher or the
+#: container runtime said when it stopped (``hpcvar import-reframe`` keeps it; collation quotes it).
+STDERR = "stderr.txt"
 #: A run's ``sacct`` output over its job's window (every user's jobs: the neighbourhood).
 SACCT = "sacct.txt"
 #: A run's per-step job counters (``hpcvar.parsers.counters``): what AriesNCL-style collection or
