@@ -45,9 +45,9 @@ from pathlib import Path
 from hpcvar.analyses.compare import outputs, sources, stats
 from hpcvar.analyses.compare.outputs import (CSV_COLUMNS, counts_line, csv_table, format_table, plot_pair, summarise,
                                              write_outputs)
-from hpcvar.analyses.compare.sources import (COLUMNS, BadInput, dataset_runs, dataset_samples, describe, load_samples,
-                                             load_source, parse_range, reframe_config, reframe_samples, round_range,
-                                             step_baseline)
+from hpcvar.analyses.compare.sources import (BARE_METAL, COLUMNS, BadInput, Selection, dataset_runs, dataset_samples,
+                                             describe, load_samples, load_source, parse_range, parse_selection,
+                                             reframe_config, reframe_samples, round_range, step_baseline)
 from hpcvar.analyses.compare.stats import (DEFAULT_FAIL_ON, VERDICTS, compare, difference_tests, fail_on,
                                            group_permutation_tests, holm)
 from hpcvar.defaults import REFRAME_CONFIG
@@ -65,7 +65,8 @@ def run(before: str | Path, after: str | Path | None = None, out_dir: str | Path
 
     ``before`` and ``after`` are each a samples file, a dataset directory or ``reframe:QUERY``;
     one dataset directory alone is compared with itself over ``before_range`` and ``after_range``
-    (``START..END``, both needed). ``reference`` (an older baseline drawn beside them) is one of
+    (both needed; each a date range ``START..END``, rounds ``round:A..B``, an image
+    ``image:NAME[@sha256:HEX]`` or ``bare-metal``, or a range and an image: :func:`parse_selection`). ``reference`` (an older baseline drawn beside them) is one of
     those too, or a date range of the same dataset. ``config`` holds the
     :class:`~hpcvar.settings.CompareSettings` (a mapping of its keys, or the settings);
     ``higher_is_better``/``lower_is_better`` are variable-name patterns; ``fail_on`` the verdicts
@@ -83,17 +84,18 @@ def run(before: str | Path, after: str | Path | None = None, out_dir: str | Path
     after_spec = None if after is None else str(after)
     # round:A..B: a campaign's rounds, found beside a dataset directory (<results>/rounds).
     rounds_dir = Path(before_spec).parent / "rounds"
-    before_win = parse_range(round_range(before_range, rounds_dir)) if before_range else None
-    after_win = parse_range(round_range(after_range, rounds_dir)) if after_range else None
+    before_win = parse_selection(before_range, rounds_dir) if before_range else None
+    after_win = parse_selection(after_range, rounds_dir) if after_range else None
     if after_spec is None:
         if not Path(before_spec).is_dir():
             raise BadInput("give BEFORE and AFTER, or one dataset directory with --before and --after ranges")
         after_spec = before_spec
         if before_win is None or after_win is None:
-            raise BadInput(f"{before_spec}: one dataset directory needs both --before and --after date ranges")
+            raise BadInput(f"{before_spec}: one dataset directory needs both --before and --after (date or round "
+                           "ranges, images, bare-metal)")
     ref_spec, ref_win = (None if reference is None else str(reference)), None
     if ref_spec and not ref_spec.startswith("reframe:") and not Path(ref_spec).exists() and Path(before_spec).is_dir():
-        ref_spec, ref_win = before_spec, parse_range(ref_spec)  # --reference RANGE of the same dataset
+        ref_spec, ref_win = before_spec, parse_selection(ref_spec, rounds_dir)  # --reference of the same dataset
     baseline = None
     if Path(before_spec).is_dir() and Path(after_spec).is_dir():
         baseline = step_baseline(before_spec, before_win)
@@ -122,7 +124,7 @@ def run(before: str | Path, after: str | Path | None = None, out_dir: str | Path
                          fail_verdicts=fails, figures=figures)
 
 
-__all__ = ["COLUMNS", "CSV_COLUMNS", "DEFAULT_FAIL_ON", "REFRAME_CONFIG", "VERDICTS", "BadInput", "CompareResult",
+__all__ = ["BARE_METAL", "COLUMNS", "Selection", "parse_selection", "CSV_COLUMNS", "DEFAULT_FAIL_ON", "REFRAME_CONFIG", "VERDICTS", "BadInput", "CompareResult",
            "ParseError", "compare", "counts_line", "csv_table", "dataset_runs", "dataset_samples", "describe",
            "difference_tests", "fail_on", "format_table", "group_permutation_tests", "holm", "load_samples",
            "load_source", "outputs", "parse_range", "plot_pair", "reframe_config", "reframe_samples", "run",

@@ -22,6 +22,7 @@ import re
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -195,14 +196,64 @@ def round_range(text: str, rounds_dir: Path) -> str:
     return f"{stamp(start)}..{stamp(end)}"
 
 
+@dataclass(frozen=True)
+class Selection:
+    """Which runs of a dataset one side of a comparison takes: those started in [start, end]
+    (either end open), and, with ``image``, only those run in that container image
+    (``NAME``, ``NAME@sha256:HEX``, a digest prefix allowed) or, with :data:`BARE_METAL`, none."""
+
+    start: pd.Timestamp | None = None
+    end: pd.Timestamp | None = None
+    image: str | None = None
+
+    def matches_container(self, container: pd.Series) -> pd.Series:
+        if self.image is None:
+            return pd.Series(True, index=container.index)
+        ran = container.fillna("").astype(str)
+        if self.image == BARE_METAL:
+            return ran == ""
+        name, _, digest = self.image.partition("@sha256:")
+        keep = ran.str.startswith(f"{name}@sha256:") if name else ran != ""
+        if digest:
+            keep &= ran.str.partition("@sha256:")[2].str.startswith(digest)
+        return keep
+
+
+#: ``--before bare-metal``: the runs without a container image.
+BARE_METAL = "bare-metal"
+
+
+def parse_selection(text: str, rounds_dir: Path) -> Selection:
+    """``--before``/``--after``/``--reference`` of one dataset: a date range (``START..END``), a
+    campaign's rounds (``round:A..B``), an image (``image:NAME[@sha256:HEX]``) or ``bare-metal``,
+    or a range and an image joined by a comma (``round:021..030,image:amgproxy``)."""
+    start = end = image = None
+    for part in (p.strip() for p in text.split(",")):
+        if part == BARE_METAL or part.startswith("image:"):
+            if image is not None:
+                raise BadInput(f"{text!r}: two images; give one (image:NAME[@sha256:HEX]) or bare-metal")
+            image = BARE_METAL if part == BARE_METAL else part.removeprefix("image:")
+            if not image:
+                raise BadInput(f"{text!r}: image: needs a name, image:NAME or image:NAME@sha256:HEX")
+        elif part:
+            if start is not None or end is not None:
+                raise BadInput(f"{text!r}: two ranges; give one date or round range")
+            start, end = parse_range(round_range(part, rounds_dir))
+    return Selection(start, end, image)
+
+
 def fmt_range(window) -> str:
-    """A (start, end) window as ``START..END`` in ISO times (an open end left empty)."""
-    start, end = window or (None, None)
-    return f"{start.isoformat() if start is not None else ''}..{end.isoformat() if end is not None else ''}"
+    """A selection as ``START..END`` in ISO times (an open end left empty), with its image."""
+    window = window or Selection()
+    start, end = window.start, window.end
+    text = f"{start.isoformat() if start is not None else ''}..{end.isoformat() if end is not None else ''}"
+    return text + (f", {window.image if window.image == BARE_METAL else 'image ' + window.image}"
+                   if window.image else "")
 
 
-def dataset_runs(path: str | Path, window=None) -> pd.DataFrame:
-    """Completed runs of a dataset that started inside ``window`` ((start, end), inclusive)."""
+def dataset_runs(path: str | Path, window: Selection | None = None) -> pd.DataFrame:
+    """Completed runs of a dataset selected by ``window`` (started inside its range, inclusive;
+    run in its image)."""
     from hpcvar.data.dataset import Dataset
 
     path = Path(path)
@@ -212,16 +263,19 @@ def dataset_runs(path: str | Path, window=None) -> pd.DataFrame:
     if runs.empty:
         raise ParseError(path / "runs", "the dataset has no runs")
     runs = runs[runs["state"] == "COMPLETED"]
-    start, end = window or (None, None)
-    keep = pd.Series(True, index=runs.index)
-    if start is not None:
-        keep &= runs["start"] >= start
-    if end is not None:
-        keep &= runs["start"] <= end
+    window = window or Selection()
+    keep = window.matches_container(runs["container"])
+    if window.start is not None:
+        keep &= runs["start"] >= window.start
+    if window.end is not None:
+        keep &= runs["start"] <= window.end
     chosen = runs[keep]
     if chosen.empty:
+        images = sorted(set(runs["container"].dropna()) - {""})
+        ran = (f"; their images: {', '.join(images)}" + (" and bare metal" if runs["container"].isna().any() else "")
+               if images else "; none ran in a container image")
         raise ParseError(path, f"no runs started in {fmt_range(window)} (the dataset's runs started "
-                               f"{runs['start'].min().isoformat()} .. {runs['start'].max().isoformat()})")
+                               f"{runs['start'].min().isoformat()} .. {runs['start'].max().isoformat()}{ran})")
     return chosen
 
 
