@@ -174,6 +174,28 @@ def build_once(tmp_path_factory, name: str, build) -> Path:
     return target
 
 
+def _session_owner_pid() -> int:
+    """The pid of the pytest process that runs the session (the xdist controller, when there is one)."""
+    return os.getppid() if os.environ.get("PYTEST_XDIST_WORKER") else os.getpid()
+
+
+def session_scratch(name: str) -> Path:
+    """A directory of this test session that every node of the testbed sees too (under /var/tmp,
+    not /tmp: each testbed node has its own /tmp), shared by the xdist workers; removed when the
+    session ends (:func:`pytest_sessionfinish`)."""
+    path = Path("/var/tmp") / f"hpcvar-pytest-{_session_owner_pid()}-{name}"
+    path.mkdir(exist_ok=True)
+    return path
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The session's scratch directories go once the whole session is over (the controller's
+    end, after every worker's)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        for path in Path("/var/tmp").glob(f"hpcvar-pytest-{os.getpid()}-*"):
+            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+
+
 def build_cache(tmp_path_factory) -> Path:
     """The ReFrame suite's build cache (``HPCVAR_BUILD_CACHE``) of this test session, shared by
     every worker: each application is built once (under a lock), whichever ReFrame run asks first."""

@@ -76,12 +76,12 @@ def amg2023() -> apps.AppOutput:
 
 
 def describe_amg_tests(tmp_path: Path, size: str) -> dict[str, dict]:
-    """ReFrame's description of the two bare-metal AMG tests at ``HPCVAR_RFM_SIZE=size``."""
+    """ReFrame's description of the two AMG tests at ``HPCVAR_RFM_SIZE=size``."""
     env = {**os.environ, "HPCVAR_RFM_SIZE": size, "HPCVAR_RFM_PREFIX": str(tmp_path / "rfm")}
     env.pop("HPCVAR_RFM_NODES", None)
     out = subprocess.run([str(Path(sys.executable).with_name("reframe")), "-C", "config/reframe/settings.py",
                           "--system", "generic-slurm", "-c", "reframe_tests/apps/amg/amg.py", "-n", "AMG20(13|23)",
-                          "-x", "Container", "--describe"], cwd=REPO, env=env, capture_output=True, text=True,
+                          "--describe"], cwd=REPO, env=env, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     return {t["display_name"]: t for t in json.loads(out.stdout)}

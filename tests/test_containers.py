@@ -16,6 +16,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -24,6 +25,7 @@ import yaml
 from spython.main.parse.parsers import SingularityParser
 
 from conftest import needs_source_mirror
+from hpcvar.containers import definition
 
 REPO = Path(__file__).resolve().parents[1]
 APPS_DIR = REPO / "reframe_tests" / "apps"
@@ -37,12 +39,13 @@ APPS = ["amg2013", "amg2023", "milc", "minivite", "umt"]
 TOOLS = {"mpip": "lib/libmpiP.so", "imb": "bin/IMB-MPI1"}
 EXECUTABLES = {"amg2013": "amg", "amg2023": "amg", "milc": "su3_rmd", "minivite": "miniVite",
                "umt": "SuOlsonTest"}
+#: The suite's own codes: built from this repository by scripts of the same contract.
+OWN = {"amgproxy": "bin/hpcvar-amgproxy", "microbenchmarks": "bin/hpcvar-collectives"}
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
 TAG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 BRANCHES = {"master", "main", "develop", "devel", "trunk", "HEAD"}
-SECTIONS = ["arguments", "files", "post", "environment", "runscript", "labels", "help", "test"]
-#: The image's MPI: one script, which every recipe copies in and runs.
-INSTALL_MPI = CONTAINERS / "install-mpi.sh"
+#: Lists the packages an install prefix's programs load libraries from (the images' second stage).
+RUNTIME_PACKAGES = CONTAINERS / "runtime-packages.sh"
 
 
 def load_sources() -> dict:
@@ -57,11 +60,14 @@ def entries():
             yield f"{app}/{dep}", dep_entry
 
 
-def raw_sections(path: Path) -> dict[str, list[str]]:
-    """The definition file's %sections, raw lines (spython maps %arguments/%help to comments)."""
+def raw_sections(path: Path, stage: str) -> dict[str, list[str]]:
+    """One stage's %sections of a definition file, raw lines (spython skips `%files from`)."""
+    text = path.read_text()
+    text = text[text.index(f"Stage: {stage}"):]
+    text = text.split("\nBootstrap:", 1)[0]
     sections: dict[str, list[str]] = {}
     current = None
-    for line in path.read_text().splitlines():
+    for line in text.splitlines():
         match = re.match(r"^%(\w+)", line)
         if match:
             current = match.group(1).lower()
@@ -69,12 +75,6 @@ def raw_sections(path: Path) -> dict[str, list[str]]:
         elif current is not None:
             sections[current].append(line)
     return sections
-
-
-def parse(path: Path):
-    recipe = SingularityParser(str(path)).recipe
-    assert len(recipe) == 1, f"{path.name}: expected a single-stage recipe"
-    return next(iter(recipe.values()))
 
 
 def labels_of(recipe) -> dict[str, str]:
@@ -162,7 +162,7 @@ def build_scripts() -> list[Path]:
 
 
 def test_one_build_script_per_app_and_tool_plus_fetch():
-    assert {p.name for p in build_scripts()} == {f"{app}.sh" for app in [*APPS, *TOOLS]} | {"fetch.sh"}
+    assert {p.name for p in build_scripts()} == {f"{app}.sh" for app in [*APPS, *TOOLS, *OWN]} | {"fetch.sh"}
 
 
 @pytest.mark.parametrize("script", build_scripts(), ids=lambda p: p.name)
@@ -178,17 +178,17 @@ def test_build_script_syntax(script):
 
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed")
 def test_build_scripts_shellcheck():
-    subprocess.run(["shellcheck", *map(str, build_scripts()), str(INSTALL_MPI)], check=True)
+    subprocess.run(["shellcheck", *map(str, build_scripts()), str(RUNTIME_PACKAGES)], check=True)
 
 
-@pytest.mark.parametrize("app", [*APPS, *TOOLS])
+@pytest.mark.parametrize("app", [*APPS, *TOOLS, *OWN])
 def test_build_script_contract(app):
     """Usage SRC_DIR PREFIX, compilers and jobs from the environment, installs into PREFIX/bin
     (PREFIX/lib for mpiP's library)."""
     text = (BUILD / f"{app}.sh").read_text()
     assert "${MAKE_JOBS:-4}" in text
     assert "${MPICC:-mpicc}" in text or "${MPICXX:-mpicxx}" in text
-    installed = TOOLS.get(app) or f"bin/{EXECUTABLES[app]}"
+    installed = TOOLS.get(app) or OWN.get(app) or f"bin/{EXECUTABLES[app]}"
     assert f'"$PREFIX/{installed}"' in text
     usage = subprocess.run(["bash", str(BUILD / f"{app}.sh")], capture_output=True, text=True)
     assert usage.returncode == 2 and "usage:" in usage.stderr and "SRC_DIR PREFIX" in usage.stderr
@@ -202,105 +202,97 @@ def test_build_script_rejects_a_wrong_tree(tmp_path):
 
 # ----------------------------------------------------------------------------- recipes
 
-def test_one_recipe_per_app():
-    assert sorted(p.stem for p in CONTAINERS.glob("*.def")) == sorted(APPS)
-    assert (CONTAINERS / "README.md").is_file()
+def test_one_generated_recipe_per_image_and_none_stale():
+    """containers/<name>.def are generated from containers/images.yaml: one per image, each
+    exactly what the definition gives today (`hpcvar containers recipe --check`)."""
+    defs = definition.load(CONTAINERS / "images.yaml")
+    assert sorted(p.stem for p in CONTAINERS.glob("*.def")) == sorted(defs.images)
+    assert set(APPS) <= set(defs.images) and {"microbenchmarks", "amgproxy"} <= set(defs.images)
+    for name, image in defs.images.items():
+        assert (CONTAINERS / f"{name}.def").read_text() == definition.apptainer_recipe(defs, image), \
+            f"containers/{name}.def is stale: hpcvar containers recipe {name} --write"
+    check = subprocess.run([sys.executable, "-m", "hpcvar", "containers", "recipe", "--check"], cwd=REPO,
+                           capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
 
 
-@pytest.mark.parametrize("app", APPS)
-def test_recipe_parses_with_expected_sections(app):
-    path = CONTAINERS / f"{app}.def"
-    lines = [line for line in path.read_text().splitlines() if line.strip()]
-    assert lines[0] == "Bootstrap: docker"
-    recipe = parse(path)
-    # A pinned base image: an explicit release tag, not latest.
-    image, _, tag = recipe.fromHeader.partition(":")
-    assert image in ("ubuntu", "debian") and tag and tag != "latest"
-    sections = raw_sections(path)
-    for section in SECTIONS:
-        assert section in sections and any(x.strip() for x in sections[section]), f"%{section}"
-    assert recipe.install and recipe.environ and recipe.labels and recipe.files
-    assert recipe.cmd == f'exec {EXECUTABLES[app]} "$@"'
-    assert any(f"/opt/hpcvar/apps/{app}/bin" in env for env in recipe.environ if env.startswith("PATH="))
+def test_a_stale_or_missing_recipe_is_found(tmp_path):
+    import dataclasses
+
+    defs = definition.load(CONTAINERS / "images.yaml")
+    elsewhere = dataclasses.replace(defs, root=tmp_path)
+    (tmp_path / "containers").mkdir()
+    (tmp_path / "reframe_tests" / "apps").mkdir(parents=True)
+    shutil.copy(SOURCES, tmp_path / "reframe_tests" / "apps" / "sources.yaml")  # the Table I recipes' labels
+    for name, image in defs.images.items():
+        (tmp_path / "containers" / f"{name}.def").write_text(definition.apptainer_recipe(defs, image))
+    assert definition.stale_recipes(elsewhere) == []
+    edited = tmp_path / "containers" / "amgproxy.def"
+    edited.write_text(edited.read_text().replace("libpmix2", "libpmix2 extra"))
+    (tmp_path / "containers" / "umt.def").unlink()
+    assert definition.stale_recipes(elsewhere) == [edited, tmp_path / "containers" / "umt.def"]
+    assert definition.stale_recipes(elsewhere, ["microbenchmarks"]) == []
 
 
-@pytest.mark.parametrize("app", APPS)
-def test_recipe_arguments_have_defaults_and_are_used(app):
-    path = CONTAINERS / f"{app}.def"
-    args = dict(line.strip().split("=", 1) for line in raw_sections(path)["arguments"] if line.strip())
-    assert args["MPI_FAMILY"] in ("openmpi", "mpich")
-    assert re.fullmatch(r"\d+\.\d+\.\d+", args["MPI_VERSION"])
-    assert args["MAKE_JOBS"].isdigit()
-    text = path.read_text()
-    used = set(re.findall(r"\{\{\s*(\w+)\s*\}\}", text))
-    assert used <= set(args), f"template variables without a default: {used - set(args)}"
-    assert {"MPI_FAMILY", "MPI_VERSION", "MAKE_JOBS"} <= used
+@pytest.mark.parametrize("image", ["microbenchmarks", "amgproxy", *APPS])
+def test_recipe_is_two_stages_with_the_build_script_of_the_definition(image):
+    defs = definition.load(CONTAINERS / "images.yaml")
+    img = defs.image(image)
+    path = CONTAINERS / f"{image}.def"
+    stages = SingularityParser(str(path)).recipe
+    assert list(stages) == ["build", "final"]
+    build, final = stages["build"], stages["final"]
+    # Both stages on the hosts' distribution release (never `latest`).
+    assert build.fromHeader == final.fromHeader == defs.distribution.docker and not build.fromHeader.endswith("latest")
+    # The build stage gets exactly the repository files the definition names, at /opt/hpcvar/build.
+    copied = [line.split() for line in build.files]
+    assert [src for src, _ in copied] == list(img.copied_files())
+    assert all(dst == f"/opt/hpcvar/build/{src}" and (REPO / src).exists() for src, dst in copied)
+    # ... and runs the build script both builders share, line for line, after installing the packages.
+    post = "\n".join(build.install)
+    def code(lines):
+        return "\n".join(x for x in (line.strip() for line in lines) if x and not x.startswith("#"))
 
-
-@pytest.mark.parametrize("app", APPS)
-def test_recipe_files_exist_in_repo(app):
-    recipe = parse(CONTAINERS / f"{app}.def")
-    sources = set()
-    for line in recipe.files:
-        src, _, dest = line.partition(" ")
-        assert not src.startswith("/"), "sources are relative to the repository root"
-        assert (REPO / src).is_file(), f"{src} does not exist"
-        assert dest.strip().startswith("/opt/hpcvar/")
-        sources.add(src)
-    assert {"reframe_tests/apps/sources.yaml", "reframe_tests/apps/build/fetch.sh",
-            f"reframe_tests/apps/build/{app}.sh", "containers/install-mpi.sh"} <= sources
+    assert code(definition.build_script(img).splitlines()) in code(build.install)
+    assert post.index("apt-get install") < post.index("set -eu")
+    assert all(p in post for p in (*defs.base, *defs.builder))
+    # The image: only the install prefix from the build stage, the base packages and what its programs load.
+    sections = raw_sections(path, "final")
+    assert [line.split() for line in sections["files"] if line.strip()] == [[img.prefix, img.prefix]]
+    final_post = "\n".join(final.install)
+    assert f"$(cat {img.prefix}/share/hpcvar/runtime-packages.txt)" in final_post
+    assert "gfortran" not in final_post and "build-essential" not in final_post
+    assert "mkdir -p /rfm_workdir" in final_post  # ReFrame's stage directory mount point
+    assert final.cmd == f'exec {img.executable(img.executables[0])} "$@"'
+    labels = labels_of(final)
+    assert labels["org.hpcvar.image"] == image and labels["org.hpcvar.tests"] == ",".join(img.tests)
 
 
 @pytest.mark.parametrize("app", APPS)
 def test_recipe_labels_match_sources(app):
     entry = load_sources()[app]
-    labels = labels_of(parse(CONTAINERS / f"{app}.def"))
-    assert labels["org.hpcvar.app"] == app
-    assert labels["org.hpcvar.version"] == entry["version"]
+    labels = labels_of(SingularityParser(str(CONTAINERS / f"{app}.def")).recipe["final"])
+    assert labels["org.hpcvar.source"] == app
+    assert labels["org.hpcvar.source.version"] == entry["version"]
     assert labels["org.hpcvar.source.git"] == entry["git"]
-    assert labels["org.hpcvar.source.ref"] == entry["ref"]
-    assert labels.get("org.hpcvar.source.tag") == entry.get("tag")
+    assert labels["org.hpcvar.source.commit"] == entry["commit"]
+    assert labels["org.hpcvar.source.mirror"] == f"{entry['mirror']} sha256:{entry['mirror_sha256']}"
     for dep, dep_entry in (entry.get("deps") or {}).items():
-        assert labels[f"org.hpcvar.dep.{dep}.version"] == dep_entry["version"]
-        assert labels[f"org.hpcvar.dep.{dep}.ref"] == dep_entry["ref"]
-    assert labels["org.hpcvar.mpi.family"] == "{{ MPI_FAMILY }}"
-    assert labels["org.hpcvar.mpi.version"] == "{{ MPI_VERSION }}"
-    assert labels["org.hpcvar.mpi.pmi"] == "pmix"
-    assert labels["org.hpcvar.executable"] == EXECUTABLES[app]
+        assert labels[f"org.hpcvar.dep.{dep}"].split()[0] == dep_entry["version"]
+    assert labels["org.hpcvar.executables"].split(",")[0] == EXECUTABLES[app]
 
 
-@pytest.mark.parametrize("app", APPS)
-def test_recipe_post_runs_the_shared_scripts(app):
-    install = parse(CONTAINERS / f"{app}.def").install
-    fetch = [i for i, line in enumerate(install) if re.search(rf"/opt/hpcvar/build/fetch\.sh {app} \S+", line)]
-    build = [i for i, line in enumerate(install) if re.search(rf"/opt/hpcvar/build/{app}\.sh \S+ \S+", line)]
-    assert len(fetch) == 1 and len(build) == 1 and fetch[0] < build[0]
-    assert "HPCVAR_SOURCES=/opt/hpcvar/sources.yaml" in install[fetch[0]]
-    # The image's MPI first, with the recipe's build arguments, by the one script.
-    mpi = [i for i, line in enumerate(install) if "/opt/hpcvar/build/install-mpi.sh" in line]
-    assert len(mpi) == 1 and mpi[0] < fetch[0], install
-    assert shlex.split(install[mpi[0]]) == ["bash", "/opt/hpcvar/build/install-mpi.sh", "{{ MPI_FAMILY }}",
-                                            "{{ MPI_VERSION }}", "{{ MPI_SHA256 }}", "{{ MAKE_JOBS }}"]
-    # The build logic is the scripts': the recipe runs no compiler, configure or make of its own.
-    assert not any(re.match(r"(make|cmake|\./configure|mpicc|mpicxx|gcc|g\+\+|curl)\b", line) for line in install)
-    # Compilers and the PMIx the MPI is built against.
-    joined = " ".join(install)
-    assert "apt-get install" in joined and "gfortran" in joined and "libpmix-dev" in joined
-
-
-def test_the_mpi_install_script():
-    """containers/install-mpi.sh: both MPI families, built against PMIx, Open MPI with Slurm
-    support; its arguments checked before anything is downloaded."""
-    text = INSTALL_MPI.read_text()
-    assert text.startswith("#!/bin/bash") and re.search(r"^set -eu$", text, re.M)
-    assert os.access(INSTALL_MPI, os.X_OK)
-    subprocess.run(["bash", "-n", str(INSTALL_MPI)], check=True)
-    assert "openmpi)" in text and "mpich)" in text and "--with-slurm" in text
-    assert text.count('--with-pmix="$PMIX_DIR"') == 2
-    usage = subprocess.run(["bash", str(INSTALL_MPI)], capture_output=True, text=True)
-    assert usage.returncode == 2 and "usage:" in usage.stderr and "FAMILY VERSION SHA256|none" in usage.stderr
-    wrong = subprocess.run(["bash", str(INSTALL_MPI), "lam", "7.1.4", "none"], capture_output=True, text=True)
-    assert wrong.returncode == 1 and "MPI_FAMILY must be openmpi or mpich, not 'lam'" in wrong.stderr
+def test_source_images_fetch_from_the_mirror_with_the_suite_s_fetch_script():
+    defs = definition.load(CONTAINERS / "images.yaml")
+    for app in APPS:
+        script = definition.build_script(defs.image(app))
+        assert f"HPCVAR_SOURCES=reframe_tests/apps/sources.yaml sh reframe_tests/apps/build/fetch.sh {app} \"$SRC\"" \
+            in script
+        assert "export HPCVAR_SOURCE_MIRROR=/opt/hpcvar/mirror HPCVAR_OFFLINE=1" in script
+        assert f"bash reframe_tests/apps/build/{app}.sh \"$SRC\" \"$PREFIX\"" in script
+        assert 'cp "$SRC/.hpcvar-source" "$PREFIX/.hpcvar-source"' in script
+    own = definition.build_script(defs.image("amgproxy"))
+    assert "fetch.sh" not in own and "HPCVAR_SOURCE_MIRROR" not in own
 
 
 # ----------------------------------------------------------------------------- fetch.sh, for real

@@ -50,8 +50,8 @@ def test_application_tests_list_on_the_slurm_template(tmp_path):
     listed = re.findall(r"^- (\w+) %num_nodes=(\d+)", out.stdout, re.MULTILINE)
     expected = {("AMG2013", "128"), ("AMG2013", "512"), ("AMG2023", "128"), ("AMG2023", "512"),
                 ("MILC", "128"), ("MILC", "512"), ("MiniVite", "128"), ("UMT", "128")}
-    expected |= {(f"{t}Container", n) for t, n in expected}
-    # hpcvar's own AMG proxy: no container recipe (it builds anywhere from the package registry).
+    # hpcvar's own AMG proxy (it builds anywhere from the package registry). Each test runs in a
+    # container image too, from the same class (-S image=...: tests/test_container_images.py).
     expected |= {("AMGProxy", "128"), ("AMGProxy", "512")}
     assert set(listed) == expected
     # Bare-metal tests carry the fetch -> build fixture chain, per programming environment.
@@ -67,10 +67,8 @@ def test_the_whole_suite_loads_as_a_package_without_skipping_a_file(tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
     assert "skipping test file" not in out.stdout + out.stderr, out.stdout + out.stderr
     listed = set(re.findall(r"^- (\w+) %num_nodes=\d+", out.stdout, re.MULTILINE))
-    # Every file's tests: the applications, bare-metal and in containers, the proxy, the
-    # microbenchmarks and the IMB reference.
-    assert listed == {"AMG2013", "AMG2023", "MILC", "MiniVite", "UMT", "AMG2013Container", "AMG2023Container",
-                      "MILCContainer", "MiniViteContainer", "UMTContainer", "AMGProxy", "Collectives", "Overtime",
+    # Every file's tests: the applications, the proxy, the microbenchmarks and the IMB reference.
+    assert listed == {"AMG2013", "AMG2023", "MILC", "MiniVite", "UMT", "AMGProxy", "Collectives", "Overtime",
                       "Confidence", "Aggressor", "IMBCollectives"}, out.stdout
     suite = REPO / "reframe_tests"
     for path in suite.rglob("*.py"):
@@ -221,18 +219,8 @@ def test_dry_run_milc_deck_has_four_sites_per_rank(dry_run):
         assert re.search(r"^trajecs 80$", deck, re.MULTILINE) and "fresh" in deck
 
 
-def test_dry_run_container_runs_go_through_apptainer_with_pmix(dry_run):
-    _, scripts = dry_run
-    script = _one(scripts, "AMG2013Container", 128)
-    launch = [line for line in script.splitlines() if "apptainer exec" in line]
-    assert len(launch) == 1
-    assert re.match(r"srun --mpi=pmix apptainer exec .* \S+/containers/amg2013\.sif amg -P 32 16 16 ", launch[0])
-    assert "sha256sum" in script  # the image digest goes to the perflog as provenance
-
-
 def test_node_counts_and_tasks_per_node_are_configuration(tmp_path):
     out = reframe("-c", "reframe_tests/apps/amg", "--system", "generic-slurm", "-p", "gnu-openmpi", "-n", "AMG2013",
-                  "-x", "AMG2013Container",
                   "-S", "tasks_per_node=32", "--dry-run", prefix=tmp_path, env={"HPCVAR_RFM_NODES": "amg:2,4"})
     assert out.returncode == 0, out.stdout[-3000:]
     scripts = job_scripts(tmp_path)

@@ -6,7 +6,7 @@ Systems (pick one with ``--system``; the first whose ``hostnames`` match is the 
   environment variables rather than edits: ``HPCVAR_RFM_HOSTNAMES`` (regex of login nodes),
   ``HPCVAR_RFM_ACCESS`` (sbatch options, e.g. ``--partition=regular --account=m1234``),
   ``HPCVAR_RFM_CORES_PER_NODE`` (default 68, as Cori KNL) and ``HPCVAR_RFM_MAX_JOBS``.
-  Features: ``mpi``, ``slurm``, ``remote``, ``apptainer``.
+  Features: ``mpi``, ``slurm``, ``remote`` and the container runtimes of ``HPCVAR_RFM_CONTAINERS``.
 * ``local-slurm``: the single-node Slurm cluster that ``hpcvar dev slurm up`` starts on this
   machine (partition ``HPCVAR_RFM_LOCAL_PARTITION``, default ``debug``).
 * ``testbed``: the multi-node cluster of ``hpcvar dev slurm up --nodes N --groups G`` (nodes in
@@ -15,6 +15,13 @@ Systems (pick one with ``--system``; the first whose ``hostnames`` match is the 
 * ``local``: this machine, no scheduler, ``mpirun`` (OpenMPI; oversubscribed, root allowed).
   Feature ``local``: the microbenchmarks run here for real; the applications (feature ``remote``)
   do not.
+
+Container runs (``-S image=...``, reframe_tests/common/containers.py) need a partition with the
+runtime's feature: ``charliecloud`` (``ch-run``; the dev clusters and ``local``: Debian's
+charliecloud package) or ``apptainer``. ``generic-slurm`` has those of ``HPCVAR_RFM_CONTAINERS``
+(default ``apptainer``; e.g. ``apptainer,charliecloud``). Under srun the image's Open MPI wires
+up through Slurm's PMIx (``PMIX_MCA_gds=hash``: the image does not see the PMIx server's
+shared-memory store, whose lock file would otherwise print an error per rank).
 
 Everything ReFrame writes goes under ``HPCVAR_RFM_PREFIX`` (default ``<repo>/results/reframe``):
 stage and output directories, perflogs (``perflogs/<system>/<partition>/<test>.log``, the
@@ -63,6 +70,14 @@ TESTBED_MPI = [
     ["SLURM_KILL_BAD_EXIT", "1"],
 ]
 
+#: Container platforms by the runtime feature a partition carries.
+CONTAINER_PLATFORMS = {
+    "charliecloud": {"type": "Charliecloud", "env_vars": [["PMIX_MCA_gds", "hash"]]},
+    "apptainer": {"type": "Apptainer", "env_vars": [["PMIX_MCA_gds", "hash"]]},
+}
+SITE_CONTAINERS = [c.strip() for c in _env("HPCVAR_RFM_CONTAINERS", "apptainer").split(",") if c.strip()]
+
+
 def _dev_cluster_partition(features: list[str], max_jobs: int, mpi_env: list) -> dict:
     """The partition of `hpcvar dev slurm up`'s clusters (single node or testbed)."""
     return {
@@ -72,7 +87,8 @@ def _dev_cluster_partition(features: list[str], max_jobs: int, mpi_env: list) ->
         "sched_options": {"use_nodes_option": True},
         "access": [f"--partition={_env('HPCVAR_RFM_LOCAL_PARTITION', 'debug')}"],
         "environs": ["gnu-openmpi"],
-        "features": features,
+        "features": [*features, "charliecloud"],
+        "container_platforms": [CONTAINER_PLATFORMS["charliecloud"]],
         "max_jobs": max_jobs,
         "processor": {"num_cpus": os.cpu_count()},
         "env_vars": [*OPENMPI_LOCAL, *mpi_env, ["SLURM_MPI_TYPE", "pmix"]],
@@ -97,8 +113,8 @@ site_configuration = {
                     "sched_options": {"use_nodes_option": True},
                     "access": _env("HPCVAR_RFM_ACCESS", "").split(),
                     "environs": ["gnu-openmpi", "gnu-mpich"],
-                    "features": ["mpi", "slurm", "remote", "apptainer"],
-                    "container_platforms": [{"type": "Apptainer"}],
+                    "features": ["mpi", "slurm", "remote", *SITE_CONTAINERS],
+                    "container_platforms": [CONTAINER_PLATFORMS[c] for c in SITE_CONTAINERS],
                     "max_jobs": int(_env("HPCVAR_RFM_MAX_JOBS", "8")),
                     "processor": {"num_cpus": int(_env("HPCVAR_RFM_CORES_PER_NODE", "68"))},
                     "time_limit": "1h",
@@ -136,7 +152,8 @@ site_configuration = {
                     "scheduler": "local",
                     "launcher": "mpirun",
                     "environs": ["gnu-openmpi"],
-                    "features": ["mpi", "local"],
+                    "features": ["mpi", "local", "charliecloud"],
+                    "container_platforms": [{"type": "Charliecloud"}],
                     "max_jobs": 1,
                     "processor": {"num_cpus": os.cpu_count()},
                     "env_vars": OPENMPI_LOCAL,

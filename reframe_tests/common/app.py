@@ -1,17 +1,18 @@
 """The run test every application shares: fixed node count, launch bare-metal (from the build
-fixture) or in an Apptainer image, timestamped output, counters, physically meaningful sanity
-from hpcvar's own output parsers, and the per-step figures of merit."""
+fixture) or in a container image (``-S image=...``, :mod:`.containers`), timestamped output,
+counters, physically meaningful sanity from hpcvar's own output parsers, and the per-step
+figures of merit."""
 
 import random
 from pathlib import Path
 
 import reframe as rfm
 import reframe.utility.sanity as sn
-import reframe.utility.typecheck as typ
-from reframe.core.builtins import fixture, performance_function, run_after, run_before, sanity_function, variable
+from reframe.core.builtins import fixture, performance_function, run_before, sanity_function, variable
 
 from reframe.core.logging import getlogger
 
+from .containers import ContainerRun
 from .mixins import TOY, CampaignRun, CounterSampler, TimestampedOutput
 from .sources import PinnedSources, build_mpip, source_unavailable
 
@@ -19,20 +20,19 @@ from .sources import PinnedSources, build_mpip, source_unavailable
 MPIP_UNAVAILABLE = source_unavailable("mpip")
 
 
-class AppRun(rfm.RunOnlyRegressionTest, CampaignRun, TimestampedOutput, CounterSampler, PinnedSources):
+class AppRun(rfm.RunOnlyRegressionTest, CampaignRun, TimestampedOutput, CounterSampler, ContainerRun,
+             PinnedSources):
     #: Dataset prefix (``amg``, ``milc``, ...); the dataset is ``<app_name>-<num_nodes>``.
     app_name = variable(str)
-    #: Apptainer image (.sif) to run in; empty: the bare-metal build of the fixture.
-    image = variable(str, value="")
-    #: srun options of container runs: the image's MPI wires up through Slurm's PMIx.
-    container_launcher_options = variable(typ.List[str], value=["--mpi=pmix"])
     #: Fraction of runs profiled with mpiP (preloaded; its report ``<exe>.<n>.<pid>.<k>.mpiP``
     #: is kept in the run directory and collated into ``mpi_profile``): 0 never, 1 always, as
-    #: the simulator's ``mpip_fraction``. Bare-metal runs only.
+    #: the simulator's ``mpip_fraction``. Bare-metal runs only (the images carry no mpiP).
     mpip = variable(float, value=0.0)
     if MPIP_UNAVAILABLE is None:
         # A fixture whose fetch cannot succeed would skip every application test, profiled or not.
         mpip_build = fixture(build_mpip, scope="environment")
+    # Applications run on compute nodes (toy-sized also here: `+local` partitions).
+    valid_systems = ["+mpi"] if TOY else ["+mpi +remote"]
     valid_prog_environs = ["+mpi"]
     exclusive_access = True
     time_limit = "30m"
@@ -50,32 +50,22 @@ class AppRun(rfm.RunOnlyRegressionTest, CampaignRun, TimestampedOutput, CounterS
     #: Time steps a run must have.
     expected_steps = variable(int)
 
-    @run_after("init")
-    def _where(self):
-        # Applications run on compute nodes (toy-sized also here: `+local` partitions); in a
-        # container only where Apptainer is configured.
-        where = "+mpi" if TOY else "+mpi +remote"
-        self.valid_systems = [f"{where} +apptainer"] if self.image else [where]
-
     @run_before("run")
     def _launch(self):
         exe, args = self.command()
         self.app_input = " ".join(args)
+        # Line-buffered stdout, so `ts` stamps each line when the app prints it and not when a
+        # pipe buffer fills (under srun and mpirun stdout is a pipe). gfortran ignores stdbuf:
+        # it reads its own variable (the environment passes into the image too).
+        self.env_vars.setdefault("GFORTRAN_UNBUFFERED_PRECONNECTED", "y")
         if self.image:
-            self.container_platform = "Apptainer"
-            self.container_platform.image = self.image
-            self.container_platform.command = " ".join([exe, *args])
-            # The image digest is the provenance of a container run.
-            self.prerun_cmds += [f"sha256sum {self.image} > image.sha256"]
-            if self.job.launcher.registered_name == "srun":
-                self.job.launcher.options += self.container_launcher_options
+            if self.mpip > 0:
+                getlogger().warning(f"{self.display_name}: not profiled (-S mpip={self.mpip}): the images carry "
+                                    "no mpiP; run bare metal to profile")
+            self.run_in_image(exe, args, wrapper=["stdbuf", "-oL", "-eL"])
         else:
-            # Line-buffered stdout, so `ts` stamps each line when the app prints it and not
-            # when a pipe buffer fills (under srun and mpirun stdout is a pipe). gfortran
-            # ignores stdbuf: it reads its own variable.
             self.executable = "stdbuf"
             self.executable_opts = ["-oL", "-eL", str(Path(self.build.install_prefix) / "bin" / exe), *args]
-            self.env_vars.setdefault("GFORTRAN_UNBUFFERED_PRECONNECTED", "y")
             if not 0.0 <= self.mpip <= 1.0:
                 raise ValueError(f"mpip={self.mpip}: expected a fraction of runs in [0, 1]")
             if self.mpip > 0 and MPIP_UNAVAILABLE is not None:
@@ -102,12 +92,8 @@ class AppRun(rfm.RunOnlyRegressionTest, CampaignRun, TimestampedOutput, CounterS
 
     @run_before("performance")
     def _provenance(self):
-        if self.is_dry_run():
-            return
-        if self.image:
-            digest = Path(self.stagedir, "image.sha256").read_text().split()[0]
-            self.container = f"{self.image}@sha256:{digest}"
-        else:
+        # A container run's provenance (the image's digest, the build inside it) was set at launch.
+        if not self.is_dry_run() and not self.image:
             self.software = self.build.provenance()
 
     @performance_function("s")

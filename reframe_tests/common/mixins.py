@@ -22,6 +22,7 @@ import reframe.utility.typecheck as typ
 from reframe.core.builtins import run_after, run_before, variable
 
 from hpcvar.data.rawlayout import APP_OUTPUT, NODE_COUNTERS, NODE_COUNTERS_GLOB
+from hpcvar.dev.testbed import node_local_reason
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -95,6 +96,16 @@ class CampaignRun(rfm.RegressionTestPlugin):
             self.num_tasks_per_node = self.tasks_per_node
             self.num_tasks = self.num_nodes * self.tasks_per_node
         self.job.options += self.extra_job_options
+
+    @run_after("setup")
+    def _nodes_see_the_stage(self):
+        # Refused before the job is submitted: under /tmp, the testbed's jobs would start in
+        # their node's own /tmp, where slurmstepd only logs "couldn't chdir".
+        if "testbed" in self.current_partition.features:
+            reason = node_local_reason(self.stagedir)
+            if reason:
+                raise OSError(f"stage directory {self.stagedir}: {reason} (set HPCVAR_RFM_PREFIX, or run from a "
+                              "checkout outside /tmp)")
 
 
 class TimestampedOutput(rfm.RegressionTestPlugin):

@@ -60,6 +60,29 @@ def source_unavailable(app: str, mirror: str | None = None) -> str | None:
     return None
 
 
+class BareMetalBuild(rfm.RegressionTestPlugin):
+    """For the fixtures that fetch and build what bare-metal runs use. ``-S image=...`` sets
+    ``image`` in the fixtures too (ReFrame sets a variable in every test that has it): when the
+    code has an image (containers/images.yaml), the runs use it, which holds its own build, so the
+    fixture does nothing but say so. Codes without one (IMB, mpiP) are built as usual."""
+
+    image = variable(str, value="")
+
+    def code_name(self) -> str:
+        """The code this fixture builds, as the image definitions name it."""
+        return self.app
+
+    def in_image(self) -> bool:
+        from .containers import definitions
+
+        return bool(self.image) and self.code_name() in definitions().images
+
+    def bare_metal_only(self, commands: list[str]) -> list[str]:
+        if self.in_image():
+            return [f"echo '{self.unique_name}: nothing to do, the runs use the image {self.image}'"]
+        return commands
+
+
 class PinnedSources(rfm.RegressionTestPlugin):
     """For tests whose ``build`` fixture builds pinned sources (:class:`BuildFromSources`):
     under ``HPCVAR_OFFLINE=1`` without those sources in the mirror the test is skipped when it
@@ -75,7 +98,7 @@ class PinnedSources(rfm.RegressionTestPlugin):
         self.skip_if(reason is not None, reason)
 
 
-class FetchSources(rfm.RunOnlyRegressionTest):
+class FetchSources(rfm.RunOnlyRegressionTest, BareMetalBuild):
     """Fetch the pinned upstream sources of ``app``: from the source mirror when it has the
     archive (offline, sha256-checked), else from upstream (network: run it on a login node)."""
 
@@ -91,6 +114,9 @@ class FetchSources(rfm.RunOnlyRegressionTest):
 
     @run_before("run")
     def _command(self):
+        if self.in_image():
+            self.executable, self.executable_opts = "echo", self.bare_metal_only([])
+            return
         self.executable_opts = ["fetch.sh", self.app, "src"]
         # The stage directory holds a copy of build/; the pins stay in the repository.
         self.env_vars["HPCVAR_SOURCES"] = str(SOURCES_YAML)
@@ -99,6 +125,8 @@ class FetchSources(rfm.RunOnlyRegressionTest):
 
     @sanity_function
     def fetched(self):
+        if self.in_image():
+            return sn.assert_true(True)
         # fetch.sh writes `<app> <version> <url> <commit>` once the checkout is complete.
         return sn.assert_found(rf"^{self.app} \S+ \S+ \S+", "src/.hpcvar-source")
 
@@ -107,7 +135,7 @@ class FetchSources(rfm.RunOnlyRegressionTest):
         return str(Path(self.stagedir) / "src")
 
 
-class BuildFromSources(rfm.CompileOnlyRegressionTest):
+class BuildFromSources(rfm.CompileOnlyRegressionTest, BareMetalBuild):
     """Build ``app`` from the fetched tree with the shared build script into ``install/``."""
 
     app = variable(str)
@@ -132,14 +160,16 @@ class BuildFromSources(rfm.CompileOnlyRegressionTest):
             build = (f"flock {prefix}.lock sh -c 'if cmp -s {src}/.hpcvar-source {prefix}/.hpcvar-source; "
                      f"then echo \"[hpcvar-build {self.app}] reusing {prefix}\"; "
                      f"else rm -rf {prefix} && {build}; fi'")
-        self.build_system.commands = [
+        self.build_system.commands = self.bare_metal_only([
             f"mkdir -p {Path(prefix).parent}",
             f"export MPICC={env.cc} MPICXX={env.cxx} MPIF90={env.ftn or 'mpif90'} MAKE_JOBS={self.build_jobs}",
             build,
-        ]
+        ])
 
     @sanity_function
     def built(self):
+        if self.in_image():
+            return sn.assert_true(True)
         return sn.assert_true(Path(self.install_prefix, ".hpcvar-source").exists())
 
     @property

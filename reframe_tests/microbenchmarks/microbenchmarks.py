@@ -1,6 +1,8 @@
 """The project's MPI microbenchmarks (src/, see README.md) as ReFrame tests.
 
-Built once per programming environment by a fixture; each benchmark runs on ``num_nodes`` nodes
+Built once per programming environment by a fixture, with the build script the microbenchmarks
+image runs too (``reframe_tests/apps/build/microbenchmarks.sh``); ``-S image=auto`` runs them in
+that image instead (:mod:`..common.containers`). Each benchmark runs on ``num_nodes`` nodes
 (1 by default, ``HPCVAR_RFM_NODES="microbenchmarks:2,8"`` on a cluster) with ``tasks_per_node``
 ranks (2 by default: the local system has 2 cores). Sanity reads the benchmark's own CSV files
 with hpcvar's parser and checks every announced measurement is there; figures of merit are the
@@ -14,25 +16,47 @@ import reframe.utility.sanity as sn
 import reframe.utility.typecheck as typ
 from reframe.core.builtins import fixture, parameter, run_after, run_before, sanity_function, variable
 
+from ..common.containers import ContainerRun
 from ..common.mixins import CampaignRun, CounterSampler, node_counts
+from ..common.sources import BUILD_DIR, BareMetalBuild
+
+PROGRAMS = ("hpcvar-collectives", "hpcvar-overtime", "hpcvar-confidence", "hpcvar-aggressor")
 
 
-class build_microbenchmarks(rfm.CompileOnlyRegressionTest):
+class build_microbenchmarks(rfm.CompileOnlyRegressionTest, BareMetalBuild):
     descr = "Build hpcvar's MPI microbenchmarks (warning-free)"
     valid_systems = ["+mpi"]
     valid_prog_environs = ["+mpi"]
-    build_system = "Make"
+    build_system = "CustomBuild"
     sourcesdir = "src"
+
+    @run_before("compile")
+    def _commands(self):
+        env = self.current_environ
+        self.build_system.commands = self.bare_metal_only([
+            f"MPICC={env.cc} bash {BUILD_DIR / 'microbenchmarks.sh'} . {self.install_prefix}"])
 
     @sanity_function
     def built(self):
+        if self.in_image():
+            return sn.assert_true(True)
         return sn.all([sn.assert_not_found(r"warning:", self.stderr),
-                       *(sn.assert_true(Path(self.stagedir, b).exists(), msg=f"{b} was not built")
-                         for b in ("hpcvar-collectives", "hpcvar-overtime", "hpcvar-confidence",
-                                   "hpcvar-aggressor"))])
+                       sn.assert_true(Path(self.install_prefix, ".hpcvar-source").exists()),
+                       *(sn.assert_true(Path(self.install_prefix, "bin", b).exists(), msg=f"{b} was not built")
+                         for b in PROGRAMS)])
+
+    def code_name(self) -> str:
+        return "microbenchmarks"
+
+    @property
+    def install_prefix(self) -> str:
+        return str(Path(self.stagedir) / "install")
+
+    def provenance(self) -> str:
+        return Path(self.install_prefix, ".hpcvar-source").read_text().strip()
 
 
-class MicrobenchmarkRun(rfm.RunOnlyRegressionTest, CampaignRun, CounterSampler):
+class MicrobenchmarkRun(rfm.RunOnlyRegressionTest, CampaignRun, CounterSampler, ContainerRun):
     valid_systems = ["+mpi"]
     valid_prog_environs = ["+mpi"]
     num_nodes = parameter(node_counts("microbenchmarks", [1]))
@@ -50,13 +74,31 @@ class MicrobenchmarkRun(rfm.RunOnlyRegressionTest, CampaignRun, CounterSampler):
 
     @run_before("run")
     def _executable(self):
-        self.executable = str(Path(self.bench.stagedir) / self.program)
+        self.executable = str(Path(self.bench.install_prefix) / "bin" / self.program)
+
+    @run_before("run", always_last=True)
+    def _in_image(self):
+        # After the benchmark's own hook has set its options.
+        if self.image:
+            self.run_in_image(self.program, self.executable_opts)
+
+    @run_before("performance")
+    def _provenance(self):
+        if not self.is_dry_run() and not self.image:
+            self.software = self.bench.provenance()
 
     def output(self, name: str) -> Path:
         return Path(self.stagedir) / name
 
     def done(self):
         return sn.assert_found(rf"^{self.program}: done", self.stdout)
+
+    def placed_as_asked(self, meta: dict) -> list:
+        """The program ran on the ranks and nodes the test asked for (as the output's own header
+        says): a launch that starts the wrong number of ranks, or all of them on one node, fails."""
+        hosts = meta.get("hosts") or []
+        return [sn.assert_eq(meta["nranks"], self.num_tasks, msg="ran on {0} ranks, the test asked for {1}"),
+                sn.assert_eq(len(set(hosts)), self.num_nodes, msg="ran on {0} nodes, the test asked for {1}")]
 
 
 @rfm.simple_test
@@ -88,7 +130,7 @@ class Collectives(MicrobenchmarkRun):
 
         table = microbenchmarks.read_collectives(self.output("collectives.csv"))
         per_cell = table.groupby(["collective", "size_bytes"]).size()
-        return sn.all([self.done(),
+        return sn.all([self.done(), *self.placed_as_asked(table.attrs["meta"]),
                        sn.assert_eq(len(per_cell), len(self.collectives) * len(self.sizes)),
                        sn.assert_true(bool((per_cell == self.iterations).all()),
                                       msg="a (collective, size) lacks iterations"),

@@ -316,7 +316,7 @@ def cmd_campaign(a) -> int:
         return rounds.run_round(a.report, config=a.reframe_config, system=a.system, checks=a.checks,
                                 tests=a.tests, options=a.option, prefix=a.prefix, environment=environment,
                                 alongside=alongside, background=background, topology=a.topology,
-                                round_index=a.round_index, rounds=a.rounds)
+                                round_index=a.round_index, rounds=a.rounds, image=a.image)
     if a.action == "request":
         print(f"round {rounds.request(a.results, a.id)} requested: run the workflow to run it")
         return 0
@@ -334,6 +334,65 @@ def cmd_campaign(a) -> int:
             return 2
         print(f"{'installed in' if added else 'already in'} your {a.install} ({a.install} -l shows it)")
     return 0
+
+
+def cmd_containers(a) -> int:
+    """build / list / recipe / check: exit 0, 1 (a recipe is stale, an image is not usable) or 2 (bad input)."""
+    from hpcvar.containers import definition, runtime, store
+    from hpcvar.containers.store import ImageError
+
+    where = store.store_dir(a.store)
+    try:
+        defs = definition.load(a.definitions)
+        if a.action == "build":
+            from hpcvar.containers.build import Builder, mirror_from_env
+
+            names = a.names or [n for n, i in defs.images.items() if not i.source or (a.mirror or mirror_from_env())]
+            problems = runtime.build_problems()
+            if problems:
+                print("hpcvar containers build: cannot build here:\n  " + "\n  ".join(problems), file=sys.stderr)
+                return 2
+            builder = Builder(defs, where, mirror=a.mirror or mirror_from_env(), force=a.force, jobs=a.jobs)
+            for name in names:
+                defs.image(name)  # every name checked before the first build starts
+            for name in names:
+                rec = builder.build(name)
+                print(f"{name}: {where / rec['squashfs']} sha256:{rec['squashfs_sha256']}")
+            return 0
+        if a.action == "list":
+            for name, image in defs.images.items():
+                rec = store.read_record(store.record_path(where, name))
+                state = (f"built {rec['built']}, {rec['squashfs_bytes'] / 1e6:.0f} MB, sha256:{rec['squashfs_sha256']}"
+                         if rec else "not built" + (" (needs a source mirror)" if image.source else ""))
+                print(f"{name:<16} {state}\n{'':<16} tests {', '.join(image.tests)}; {image.description}")
+            return 0
+        if a.action == "recipe":
+            if a.check:
+                stale = definition.stale_recipes(defs, a.names)
+                for path in stale:
+                    print(f"{path}: stale (regenerate: hpcvar containers recipe {path.stem} --write)", file=sys.stderr)
+                return 1 if stale else 0
+            for name in a.names or list(defs.images):
+                text = definition.apptainer_recipe(defs, defs.image(name))
+                if a.write:
+                    definition.recipe_path(defs, defs.image(name)).write_text(text)
+                    print(f"wrote {definition.recipe_path(defs, defs.image(name))}")
+                else:
+                    print(text, end="")
+            return 0
+        # check
+        resolved = store.resolve(a.image, where)
+        problems = runtime.problems(resolved.runtime)
+        print(f"{resolved.container} ({resolved.path}; digest checked against {resolved.checked})")
+        for p in problems:
+            print(f"  cannot run here: {p}", file=sys.stderr)
+        return 1 if problems else 0
+    except definition.DefinitionError as exc:
+        print(f"hpcvar containers: {exc}", file=sys.stderr)
+        return 2
+    except ImageError as exc:
+        print(f"hpcvar containers {a.action}: {exc}", file=sys.stderr)
+        return 1
 
 
 def cmd_dev(a) -> int:
@@ -476,9 +535,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "or reframe:UUID[,UUID...] (stored ReFrame sessions)")
     s.add_argument("after_source", metavar="AFTER", nargs="?",
                    help="the same kinds; omit it to compare two date ranges of one dataset directory")
-    s.add_argument("--before", metavar="RANGE", help="dataset runs started in START..END (dates or ISO times, UTC, "
-                                                     "inclusive), e.g. 2026-01-01..2026-01-15")
-    s.add_argument("--after", metavar="RANGE", help="dataset runs started in this range, e.g. 2026-01-16..2026-02-01")
+    s.add_argument("--before", metavar="SELECTION",
+                   help="dataset runs started in START..END (dates or ISO times, UTC, inclusive), e.g. "
+                        "2026-01-01..2026-01-15, or in campaign rounds round:001..010; or run in a container image "
+                        "image:NAME[@sha256:HEX], or bare-metal; a range and an image joined by a comma")
+    s.add_argument("--after", metavar="SELECTION", help="the same kinds, e.g. 2026-01-16..2026-02-01 or image:amgproxy")
     s.add_argument("--reference", metavar="SOURCE|RANGE",
                    help="an earlier baseline drawn beside BEFORE and AFTER in the figures (the paper's ORIG)")
     s.add_argument("--out", help="directory for compare.csv, summary.json and figures/ (default: print only)")
@@ -616,6 +677,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--background", metavar="JSON",
                    help="other users' jobs with planted causes around the round (campaign.background, as JSON)")
     s.add_argument("--topology", help="topology map the background jobs are placed on")
+    s.add_argument("--image", help="run the tests in container images (ReFrame's -S image=IMAGE: auto, a store "
+                                   "image's name, or a path); checked before anything is submitted")
     s.add_argument("--round-index", type=int, help="the round's number (1-based): the background's random draw")
     s.add_argument("--rounds", type=int, help="the campaign's fixed rounds (campaign.rounds): the background's "
                                               "balanced design spans them")
@@ -635,6 +698,44 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--install", choices=["scrontab", "crontab"],
                    help="also add the line to your scrontab (Slurm) or crontab, keeping the other entries")
     s.set_defaults(func=cmd_campaign)
+
+    s = sub.add_parser("containers", help="the suite's container images: build them here (Charliecloud), list, "
+                                          "Apptainer recipes, check one",
+                       description="One definition per image (containers/images.yaml): built here from the package "
+                                   "registry with mmdebstrap and Charliecloud into an image store (an image directory, "
+                                   "a single-file SquashFS image and a record with both sha256 digests); the Apptainer "
+                                   "recipes containers/NAME.def are generated from the same definitions. "
+                                   "See containers/README.md.")
+    cont = s.add_subparsers(dest="action", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--store", help="image store (default $HPCVAR_IMAGES or results/images)")
+    common.add_argument("--definitions", default="containers/images.yaml",
+                        help="image definitions (default containers/images.yaml, relative to the current directory)")
+    s = cont.add_parser("build", parents=[common], help="build images (only what changed since the last build)",
+                        description="Builds NAMEs (default: every image that needs no upstream sources, and with a "
+                                    "source mirror every Table I image too) into the store. A stage is rebuilt only "
+                                    "when an input changed: the definition, the build scripts, the pins, or the "
+                                    "versions the package registry offers. As root (mmdebstrap, ch-run).")
+    s.add_argument("names", nargs="*", metavar="NAME")
+    s.add_argument("--mirror", help="source mirror for the Table I images (default $HPCVAR_SOURCE_MIRROR); bound "
+                                    "in read-only at build time")
+    s.add_argument("--force", action="store_true", help="rebuild even when nothing changed")
+    s.add_argument("--jobs", type=int, help="parallel make jobs of the builds (default: the cores)")
+    s.set_defaults(func=cmd_containers)
+    s = cont.add_parser("list", parents=[common], help="the defined images, what is built, their digests")
+    s.set_defaults(func=cmd_containers, names=[])
+    s = cont.add_parser("recipe", parents=[common], help="the Apptainer recipe of images (generated from the "
+                                                         "definitions): print, --write or --check containers/NAME.def")
+    s.add_argument("names", nargs="*", metavar="NAME")
+    how = s.add_mutually_exclusive_group()
+    how.add_argument("--write", action="store_true", help="write containers/NAME.def")
+    how.add_argument("--check", action="store_true", help="exit 1 when a containers/NAME.def differs from its definition")
+    s.set_defaults(func=cmd_containers)
+    s = cont.add_parser("check", parents=[common], help="resolve an image as the suite does (-S image=...), check "
+                                                        "its digest and whether it can run here")
+    s.add_argument("image", help="a name in the store, an image directory, a .sqfs or .sif, optionally "
+                                 "PATH@sha256:HEX")
+    s.set_defaults(func=cmd_containers)
 
     s = sub.add_parser("dev", help="developer tools (a local single-node Slurm cluster)")
     dev = s.add_subparsers(dest="dev_cmd", required=True)

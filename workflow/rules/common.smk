@@ -171,6 +171,8 @@ def campaign_args(round_id):
     if c["alongside"]:
         args += ["--alongside", c["alongside"]["test"]]
         args += [f"--alongside-option={o}" for o in c["alongside"].get("options", [])]
+    if c["container"]:
+        args += ["--image", c["container"]]
     if c["background"]:
         args += ["--background", json.dumps(c["background"]), "--topology", c["topology"] or ""]
     args += ["--round-index", str(ROUNDS.index(round_id) + 1), "--rounds", str(c["rounds"])]

@@ -23,7 +23,7 @@ from reframe.core.builtins import fixture, parameter, variable
 from hpcvar.util.grids import factor
 
 from ...common.app import AppRun
-from ...common.mixins import REPO, node_counts, sized
+from ...common.mixins import node_counts, sized
 from ...common.sources import from_sources
 
 
@@ -74,15 +74,3 @@ class AMG2023Base(AMGBase):
 @rfm.simple_test
 class AMG2023(AMG2023Base):
     build = fixture(build_amg2023, scope="environment")
-
-
-@rfm.simple_test
-class AMG2013Container(AMGBase):
-    """AMG2013 from the image built from containers/amg2013.def (`-S image=/path/amg2013.sif`)."""
-
-    image = str(REPO / "containers" / "amg2013.sif")
-
-
-@rfm.simple_test
-class AMG2023Container(AMG2023Base):
-    image = str(REPO / "containers" / "amg2023.sif")

@@ -20,7 +20,7 @@ from reframe.core.builtins import fixture, parameter, run_after, run_before, var
 from hpcvar.util.grids import factor
 
 from ...common.app import AppRun
-from ...common.mixins import REPO, node_counts, sized
+from ...common.mixins import node_counts, sized
 from ...common.sources import from_sources
 
 
@@ -101,8 +101,3 @@ class MILCBase(AppRun):
 @rfm.simple_test
 class MILC(MILCBase):
     build = fixture(build_milc, scope="environment")
-
-
-@rfm.simple_test
-class MILCContainer(MILCBase):
-    image = str(REPO / "containers" / "milc.sif")

@@ -22,7 +22,7 @@ import reframe.utility.sanity as sn
 from reframe.core.builtins import fixture, parameter, run_after, run_before, variable
 
 from ...common.app import AppRun
-from ...common.mixins import REPO, node_counts, sized
+from ...common.mixins import node_counts, sized
 from ...common.sources import from_sources
 
 
@@ -81,8 +81,3 @@ class MiniViteBase(AppRun):
 @rfm.simple_test
 class MiniVite(MiniViteBase):
     build = fixture(build_minivite, scope="environment")
-
-
-@rfm.simple_test
-class MiniViteContainer(MiniViteBase):
-    image = str(REPO / "containers" / "minivite.sif")

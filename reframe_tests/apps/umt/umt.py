@@ -24,7 +24,7 @@ from reframe.core.builtins import fixture, parameter, run_before, variable
 from hpcvar.util.grids import factor
 
 from ...common.app import AppRun
-from ...common.mixins import REPO, node_counts
+from ...common.mixins import node_counts
 from ...common.sources import from_sources
 
 
@@ -115,8 +115,3 @@ class UMTBase(AppRun):
 @rfm.simple_test
 class UMT(UMTBase):
     build = fixture(build_umt, scope="environment")
-
-
-@rfm.simple_test
-class UMTContainer(UMTBase):
-    image = str(REPO / "containers" / "umt.sif")

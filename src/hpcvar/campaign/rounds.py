@@ -23,7 +23,7 @@ from pathlib import Path
 
 #: Variables of ``environment`` that name paths: relative ones are taken from the current directory
 #: (the workflow's), made absolute because ReFrame's tests run in their own stage directories.
-PATH_VARIABLES = ("HPCVAR_SOURCE_MIRROR", "HPCVAR_BUILD_CACHE", "HPCVAR_SOURCES")
+PATH_VARIABLES = ("HPCVAR_SOURCE_MIRROR", "HPCVAR_BUILD_CACHE", "HPCVAR_SOURCES", "HPCVAR_IMAGES")
 
 
 def reframe_command(report: Path, config: str, system: str, checks: list[str], tests: list[str],
@@ -84,7 +84,7 @@ def _stop_alongside(proc: subprocess.Popen, job_name: str, env: dict) -> None:
 def run_round(report: str | Path, *, config: str, system: str, checks: list[str], tests: list[str],
               options: list[str], prefix: str | Path, environment: dict[str, str] | None = None,
               alongside: dict | None = None, background: dict | None = None, topology: str | None = None,
-              round_index: int | None = None, rounds: int | None = None) -> int:
+              round_index: int | None = None, rounds: int | None = None, image: str | None = None) -> int:
     """Run one round; returns 0 when ReFrame wrote its report (failed tests included).
 
     ReFrame runs in the current directory (the workflow's: the project directory), so relative
@@ -111,6 +111,9 @@ def run_round(report: str | Path, *, config: str, system: str, checks: list[str]
                    for k, v in (environment or {}).items()}
     env = {**os.environ, **environment, "HPCVAR_RFM_PREFIX": str(round_prefix),
            "HPCVAR_RFM_DB": str(prefix / "results.db")}
+    preflight(system, [prefix, report, Path.cwd()], image, tests, env)
+    if image:
+        options = [*options, "-S", f"image={image}"]
     report.parent.mkdir(parents=True, exist_ok=True)
     partial = report.with_name(f".{report.name}.partial")
     partial.unlink(missing_ok=True)
@@ -162,6 +165,35 @@ def run_round(report: str | Path, *, config: str, system: str, checks: list[str]
               "they are recorded as failed runs", flush=True)
     partial.replace(report)  # the round's output appears only once its report is complete
     return 0
+
+
+def preflight(system: str, paths: list[Path], image: str | None, tests: list[str], env: dict) -> None:
+    """What would fail every job of the round, refused before anything is submitted: on the
+    testbed, paths under /tmp (each node has its own); images that are missing, changed since
+    their build, or that this machine cannot run (SystemExit naming the path and the fix)."""
+    from hpcvar.dev.testbed import node_local_reason
+
+    if system == "testbed":
+        for path in paths:
+            reason = node_local_reason(path)
+            if reason:
+                raise SystemExit(f"campaign round: refused on the testbed: {reason}")
+    if not image:
+        return
+    from hpcvar.containers import definition, runtime, store
+
+    try:
+        defs = definition.load()
+        where = store.store_dir(env.get("HPCVAR_IMAGES"))
+        for resolved in store.resolve_for_tests(image, tests, defs, where):
+            problems = runtime.problems(resolved.runtime, need_user=False)
+            if system == "testbed":
+                problems += [r for r in [node_local_reason(resolved.path)] if r]
+            if problems:
+                raise store.ImageError(f"image {resolved.path}: " + "; ".join(problems))
+            print(f"campaign round: image {resolved.container} ({resolved.path})", flush=True)
+    except (definition.DefinitionError, store.ImageError) as exc:
+        raise SystemExit(f"campaign round: {exc}") from None
 
 
 def requested(results: str | Path) -> list[str]:

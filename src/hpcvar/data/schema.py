@@ -93,7 +93,8 @@ RUNS = Table(
         _c("system_nodes", pa.int32(), "N_t: compute nodes of the system (topology nodes with role compute); "
                                        "null only in parts collated before the column existed."),
         _c("software", pa.string(), "Software provenance: source version or build spec."),
-        _c("container", pa.string(), "Container image digest when run in Apptainer, else null."),
+        _c("container", pa.string(), "The container image the run ran in, as NAME@sha256:DIGEST (the sha256 of "
+                                     "the image file or directory that ran), else null (bare metal)."),
         _c("raw_dir", pa.string(), "Run directory the row was collated from, relative to the raw campaign dir."),
     ),
 )

@@ -49,6 +49,17 @@ RATE_RE = re.compile(r"^\d+(\.\d+)?(bit|kbit|mbit|gbit|bps|kbps|mbps|gbps)$")
 ROUTINGS = ("minimal", "valiant")
 
 
+def node_local_reason(path: str | Path) -> str | None:
+    """Why ``path`` is not the same file on every node of the testbed, or None: each node has a
+    /tmp of its own (:func:`node_exec_script`), so a job started from, or reading, a path under
+    it finds the node's empty /tmp instead (slurmstepd only logs "couldn't chdir")."""
+    resolved = Path(path).resolve()
+    if resolved == Path("/tmp") or Path("/tmp") in resolved.parents:
+        return (f"{resolved} is under /tmp, and every testbed node has a /tmp of its own: the nodes' jobs would "
+                "not see it; use a directory every node sees (e.g. under /var/tmp or your home)")
+    return None
+
+
 class TestbedError(RuntimeError):
     """The testbed could not be built or taken down; the message names the command and why."""
 
