@@ -179,9 +179,21 @@ ACROSS = ["-S", "tasks_per_node=1", "-S", "exclusive_access=false", "-J", "nodel
 
 
 def test_on_the_testbed_srun_starts_ch_run_per_rank_across_the_groups(images, testbed, testbed_work):
+    """A campaign round in the images (campaign.container: auto, as the workflow's rule runs it):
+    the images checked before the round, the hybrid model across the groups, the runs collated
+    with the topology and the image's digest."""
     where, records, _ = images
-    env = {**testbed["env"], "HPCVAR_IMAGES": str(where), "HPCVAR_RFM_NODES": "amgproxy:2;microbenchmarks:2"}
-    got = run_round(testbed_work / "rfm", "testbed", "auto", env, *ACROSS)
+    env = {**testbed["env"], "HPCVAR_IMAGES": str(where)}
+    report = testbed_work / "rounds" / "001" / "reframe-report.json"
+    options = [f"--option={o}" for o in ["-S", "Collectives.iterations=40", "-S", "Collectives.sizes=65536", *ACROSS]]
+    rnd = hpcvar("campaign", "round", "--report", str(report), "--prefix", str(testbed_work / "reframe"),
+                 "--system", "testbed", "--checks", "reframe_tests", "--tests", "Collectives", "--tests", "AMGProxy",
+                 "--image", "auto", *options, "--env=HPCVAR_RFM_SIZE=toy", "--env=HPCVAR_OFFLINE=1",
+                 "--env=HPCVAR_RFM_NODES=amgproxy:2;microbenchmarks:2", env=env)
+    assert rnd.returncode == 0 and report.exists(), rnd.stdout[-3000:] + rnd.stderr[-3000:]
+    assert f"campaign round: image microbenchmarks@sha256:{records['microbenchmarks']['squashfs_sha256']}" in rnd.stdout
+    got = {"report": report, "cases": [c for r in json.loads(report.read_text())["runs"] for c in r["testcases"]
+                                       if c.get("dataset")]}
     cases = got["cases"]
     assert sorted(c["display_name"].split()[0] for c in cases) == ["AMGProxy", "Collectives"]
     assert all(c["result"] == "pass" for c in cases), [(c["display_name"], c.get("fail_reason")) for c in cases]
