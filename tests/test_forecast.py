@@ -168,6 +168,30 @@ def test_attention_learns_how_a_slow_stretch_fades():
     assert (learnt < 0.3 * naive).all(), (learnt, naive)
 
 
+def test_networks_trained_together_are_the_networks_trained_alone():
+    """fit_many trains a cell's networks in one loop: each is, to the last bit, the network its
+    own fit gives (its weights, batches, AdamW steps, early stopping and best weights), whether
+    it has validation windows or not, whatever its width and however long it trains."""
+    import torch
+
+    from hpcvar.analyses.forecast import attention
+
+    rng = np.random.default_rng(1)
+    kw = dict(hidden=16, lr=3e-3, weight_decay=0.01, max_epochs=12, patience=2, batch_size=32)
+    jobs = []
+    for i, (n, f) in enumerate(((150, 3), (70, 1), (110, 5), (90, 3))):
+        x = rng.normal(0, 0.2, (n, 4, f))
+        y = np.log1p(np.clip(x[:, :, 0].mean(axis=1, keepdims=True) * [[1.0, 0.5]] + rng.normal(0, 0.02, (n, 2)),
+                             -0.5, None))
+        val = (x[: n // 4], y[: n // 4]) if i != 1 else (None, None)  # one without validation windows
+        jobs.append(attention.FitJob(x[n // 4:], y[n // 4:], *val, seed=10 + i))
+    together = attention.fit_many(jobs, **kw)
+    for job, net in zip(jobs, together):
+        alone = attention.fit(job.x, job.y, job.x_val, job.y_val, seed=job.seed, **kw)
+        for (name, a), (_, b) in zip(alone.state_dict().items(), net.state_dict().items()):
+            assert torch.equal(a, b), name
+
+
 def test_profile_extends_past_the_training_runs():
     s = synthetic(n_runs=4, steps=10)
     p = windows.Profile.fit(s, np.arange(4)).extended(25)

@@ -168,7 +168,10 @@ class ForecastSettings(Settings):
     batch_size: int = Field(256, ge=1, description="Attention model: windows per batch.")
     val_fraction: float = Field(0.2, gt=0, lt=1, description="Share of each fold's training runs held out "
                                                              "for early stopping.")
-    threads: int = Field(1, ge=1, description="Torch threads.")
+    threads: int = Field(1, ge=1, description="Torch threads of each process.")
+    workers: int = Field(0, ge=0, description="Processes the datasets are spread over (each forecast as alone, "
+                                              "to the last bit); 0: one per core this process may use, at most "
+                                              "one per dataset.")
     ensemble: int = Field(4, ge=1, description="Networks averaged per fold.")
     all_horizons: bool = Field(True, description="Each network also learns the horizons 1..k-1 beside k.")
     lgbm: LightGBMSettings = Field(default_factory=LightGBMSettings,

@@ -32,6 +32,8 @@ if config["fan_out"] == "analysis":
             command=analysis_command,
         log:
             f"{RESULTS}/logs/{{analysis}}.log",
+        threads: analysis_threads
+        priority: analysis_priority
         conda:
             "../envs/hpcvar.yaml"
         shell:
@@ -55,6 +57,7 @@ else:
             inputs=analysis_inputs,
         log:
             f"{RESULTS}/logs/{{analysis}}/{{dataset}}.log",
+        priority: analysis_priority
         conda:
             "../envs/hpcvar.yaml"
         shell:

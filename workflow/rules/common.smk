@@ -71,9 +71,25 @@ def analysis_inputs(wildcards, input):
 
 def analysis_command(wildcards, input, output):
     """`hpcvar <analysis> DATASET --out DIR` with its inputs and settings (one job over every dataset)."""
+    workers = analysis_threads(wildcards)
+    spread = f" --set=workers={workers}" if ANALYSES[wildcards.analysis].spreads and workers > 1 else ""
     return (f"{HPCVAR} {wildcards.analysis} {shlex.quote(os.path.dirname(input.collated))}"
             f" --out {shlex.quote(os.path.dirname(output.summary))} {analysis_inputs(wildcards, input)}"
-            f" {analysis_settings(wildcards.analysis)}")
+            f" {analysis_settings(wildcards.analysis)}{spread}")
+
+
+def analysis_threads(wildcards):
+    """Cores of an analysis job over every dataset: all of the run's for one that spreads its
+    datasets over processes (the forecast, unless its config sets `workers`), else one."""
+    a = ANALYSES[wildcards.analysis]
+    if not a.spreads or config["fan_out"] != "analysis":
+        return 1
+    return config["analyses"][wildcards.analysis].get("workers") or workflow.cores
+
+
+def analysis_priority(wildcards):
+    """The longest analysis (the one that spreads its datasets over processes) starts first."""
+    return 10 if ANALYSES[wildcards.analysis].spreads else 0
 
 
 def fanned_out_input(wildcards):

@@ -83,6 +83,14 @@ def feature_columns(frame: pd.DataFrame, feature_set: str) -> list[str]:
     raise KeyError(f"unknown feature set {feature_set!r}; choose from {FEATURE_SETS}")
 
 
+def subset(data: dict, datasets) -> dict:
+    """The tables of ``data`` (:func:`load`) restricted to the runs of ``datasets``: every table is
+    keyed by run, so an analysis of those datasets reads the same rows from it as from the whole."""
+    ids = data["runs"].loc[data["runs"]["dataset"].isin(list(datasets)), "run_id"]
+    return {name: table[table["run_id"].isin(ids)] if table is not None and "run_id" in table.columns else table
+            for name, table in data.items()}
+
+
 def frequent_neighbours(data: dict, dataset: str, min_nodes: int, max_users: int) -> list[str]:
     """Users whose jobs on more than ``min_nodes`` nodes ran beside the most runs of ``dataset``
     (at least two runs), at most ``max_users``, most frequent first. Chosen by presence alone,

@@ -46,6 +46,9 @@ class Analysis:
     #: ``fan_out: dataset`` runs one job per dataset). False: its numbers compare the datasets,
     #: so it runs as one job over the campaign.
     per_dataset: bool = True
+    #: It spreads its datasets over processes (its ``workers`` setting): the workflow gives its job
+    #: every core and starts it first, the longest of the analyses.
+    spreads: bool = False
 
     @property
     def module(self) -> ModuleType:
@@ -61,7 +64,7 @@ ANALYSES: dict[str, Analysis] = {a.name: a for a in (
     Analysis("deviation", "rank counters explaining per-step deviations (LightGBM + RFE in grouped CV)",
              DeviationSettings, DeviationResult),
     Analysis("forecast", "forecast the next k steps from the last m (attention model vs baselines)", ForecastSettings,
-             ForecastResult, takes_truth=True),
+             ForecastResult, takes_truth=True, spreads=True),
     Analysis("distributions", "PDFs/CDFs, modes (dip test) and cycle minima of step times and latencies (Confidence)",
              DistributionsSettings, DistributionsResult),
     Analysis("explain", "why was this run slow? its slowdown split into causes, with the evidence", ExplainSettings,

@@ -31,7 +31,10 @@ its MAPE on the same windows is reported as model ``oracle``.
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
 import sys
+from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -213,6 +216,43 @@ def torch_threads(n: int):
         torch.set_num_threads(before)
 
 
+def workers_for(settings: ForecastSettings, datasets: int) -> int:
+    """Processes for ``datasets`` datasets: ``settings.workers``, or one per usable core."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(settings.workers or cores, datasets))
+
+
+def analyse_all(data: dict, names: list[str], pairs: dict[str, str], settings: ForecastSettings,
+                oracle: pd.Series | None, out_dir: Path) -> dict[str, DatasetResult]:
+    """:func:`analyse` of every dataset, spread over :func:`workers_for` processes (each gets its
+    dataset's rows only, and forecasts it exactly as one process alone would); in ``names``'
+    order."""
+    workers = workers_for(settings, len(names))
+    if workers == 1:
+        with torch_threads(settings.threads):
+            return {name: analyse(data, name, settings, oracle, out_dir / name, pairs.get(name)) for name in names}
+    # The largest datasets first, so that the last one to finish is a small one.
+    size = data["runs"].groupby("dataset")["num_steps"].sum()
+    order = sorted(names, key=lambda n: -size.get(n, 0))
+    print(f"forecast: {len(names)} datasets over {workers} processes", file=sys.stderr, flush=True)
+    context = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        futures = {}
+        for name in order:
+            mine = [name, *([pairs[name]] if name in pairs else [])]
+            part = common.subset(data, mine)
+            ids = set(part["runs"]["run_id"])
+            part_oracle = oracle[oracle.index.get_level_values(0).isin(ids)] if oracle is not None else None
+            futures[name] = pool.submit(_analyse_in_worker, part, name, settings, part_oracle, out_dir / name,
+                                        pairs.get(name))
+        return {name: futures[name].result() for name in names}
+
+
+def _analyse_in_worker(data, name, settings, oracle, out, long_name) -> DatasetResult:
+    with torch_threads(settings.threads):
+        return analyse(data, name, settings, oracle, out, long_name)
+
+
 def run(dataset_dir: str | Path, out_dir: str | Path, config: ForecastSettings | dict | None = None,
         truth: str | Path | None = None, only: str | None = None) -> ForecastResult:
     """Forecast every dataset of ``dataset_dir``; writes ``out_dir/summary.json`` and returns it.
@@ -229,10 +269,7 @@ def run(dataset_dir: str | Path, out_dir: str | Path, config: ForecastSettings |
         notes.append(f"no oracle: {Path(truth).with_name(TRUTH_ORACLE)} not found")
     # One dataset's part (with its long run, if it trains one): the notes stay the campaign's.
     names = [n for n in names if only is None or n == only]
-    results = {}
-    with torch_threads(settings.threads):
-        for name in names:
-            results[name] = analyse(data, name, settings, oracle, out_dir / name, pairs.get(name))
+    results = analyse_all(data, names, pairs, settings, oracle, out_dir)
     grid = {app: cell.as_dict() for app, cell in settings.grid.items()}
     params = {"grid": json.dumps({a: grid[a] for a in sorted(grid)}), "folds": settings.folds,
               "max_epochs": settings.max_epochs, "patience": settings.patience, "seed": settings.seed,

@@ -26,6 +26,7 @@ import copy
 import logging
 import warnings
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import numpy as np
 import pytorch_lightning as pl
@@ -178,31 +179,188 @@ def quiet_lightning():
                 lg.setLevel(level)
 
 
+@dataclass
+class FitJob:
+    """One network to train: windows ``x`` (n, m, F) -> log-ratios ``y`` (n,) or (n, H), the
+    validation windows early stopping watches (or None), and the seed of its weights and shuffles."""
+
+    x: np.ndarray
+    y: np.ndarray
+    x_val: np.ndarray | None
+    y_val: np.ndarray | None
+    seed: int
+
+    @property
+    def outputs(self) -> int:
+        return 1 if self.y.ndim == 1 else self.y.shape[1]
+
+    @property
+    def has_validation(self) -> bool:
+        return self.x_val is not None and len(self.x_val) > 0
+
+
 def fit(x: np.ndarray, y: np.ndarray, x_val: np.ndarray | None, y_val: np.ndarray | None, *, seed: int,
         hidden: int, lr: float, weight_decay: float, max_epochs: int, patience: int,
         batch_size: int) -> AttentionForecaster:
     """Train on windows ``x`` (n, m, F) -> log-ratios ``y``; early stopping on the validation
     windows when given, else ``max_epochs`` epochs. ``y`` (n, H) trains H horizons at once (the
-    forecast's own last); the model then still forecasts the last one."""
-    pl.seed_everything(seed, workers=True, verbose=False)
-    flat = log_ratio(x).reshape(-1, x.shape[-1])
+    forecast's own last); the model then still forecasts the last one. One network of
+    :func:`fit_many`."""
+    return fit_many([FitJob(x, y, x_val, y_val, seed)], hidden=hidden, lr=lr, weight_decay=weight_decay,
+                    max_epochs=max_epochs, patience=patience, batch_size=batch_size)[0]
+
+
+def fit_many(jobs: list[FitJob], *, hidden: int, lr: float, weight_decay: float, max_epochs: int, patience: int,
+             batch_size: int) -> list[AttentionForecaster]:
+    """Train every job's network in one training loop (:class:`Together`): a grid cell's folds,
+    feature sets and ensemble members are a few dozen networks of a few thousand weights, which
+    trained one by one spend most of their time in setting up and tearing down the loop. Each
+    network trains as it would alone, to the last bit: its own weights (from its seed), its own
+    shuffled batches (its own DataLoader and generator), its forward, loss and backward on its own
+    batch, its own AdamW state (a network without a batch in a step is not stepped), and early
+    stopping and best weights on its own validation windows (:class:`TogetherEarlyStopping`: the
+    untrained model, pure persistence, is the first candidate). Returns the networks in the
+    jobs' order."""
+    members = [_initial(job, hidden, lr, weight_decay) for job in jobs]
+    together = Together(members, jobs, batch_size)
+    validating = any(job.has_validation for job in jobs)
+    stopping = TogetherEarlyStopping(together, patience)
+    with quiet_lightning():
+        trainer = pl.Trainer(accelerator="cpu", devices=1, max_epochs=max_epochs, enable_progress_bar=False,
+                             logger=False, enable_checkpointing=False, enable_model_summary=False,
+                             deterministic=True, callbacks=[stopping], num_sanity_val_steps=0,
+                             limit_val_batches=None if validating else 0)
+        trainer.fit(together, DataLoader(_Epoch(together), batch_size=None),
+                    DataLoader(_Validation(together), batch_size=None) if validating else None)
+    for member in members:
+        member.eval()
+    return members
+
+
+def _initial(job: FitJob, hidden: int, lr: float, weight_decay: float) -> AttentionForecaster:
+    """The job's untrained network: its weights drawn from its seed, its input normalisation from
+    its training windows."""
+    pl.seed_everything(job.seed, workers=True, verbose=False)
+    flat = log_ratio(job.x).reshape(-1, job.x.shape[-1])
     center, scale = flat.mean(axis=0), flat.std(axis=0)
     scale = np.where(np.isfinite(scale) & (scale > 1e-9), scale, 1.0)
-    model = AttentionForecaster(x.shape[-1], x.shape[1], hidden=hidden, lr=lr, weight_decay=weight_decay,
-                                center=center, scale=scale, outputs=1 if y.ndim == 1 else y.shape[1])
-    gen = torch.Generator().manual_seed(seed)
-    train = DataLoader(TensorDataset(torch.as_tensor(x, dtype=torch.float32), torch.as_tensor(y, dtype=torch.float32)),
-                       batch_size=batch_size, shuffle=True, generator=gen)
-    callbacks, val = [], None
-    if x_val is not None and len(x_val):
-        xv, yv = torch.as_tensor(x_val, dtype=torch.float32), torch.as_tensor(y_val, dtype=torch.float32)
-        val = DataLoader(TensorDataset(xv, yv), batch_size=len(xv))
-        callbacks = [pl.callbacks.EarlyStopping("val_loss", patience=patience), BestWeights(model, xv, yv)]
-    with quiet_lightning():
-        trainer = pl.Trainer(accelerator="auto", devices=1, max_epochs=max_epochs, enable_progress_bar=False,
-                             logger=False, enable_checkpointing=False, enable_model_summary=False,
-                             deterministic=True, callbacks=callbacks,
-                             limit_val_batches=None if val is not None else 0, num_sanity_val_steps=0)
-        trainer.fit(model, train, val)
-    model.eval()
-    return model
+    return AttentionForecaster(job.x.shape[-1], job.x.shape[1], hidden=hidden, lr=lr, weight_decay=weight_decay,
+                               center=center, scale=scale, outputs=job.outputs)
+
+
+class Together(pl.LightningModule):
+    """Several :class:`AttentionForecaster` networks in one training loop. A training step holds
+    each network's next batch of its epoch; the loss is the sum of their losses (each network's
+    gradient is its own loss's), and one AdamW over every network's weights steps those with a
+    batch (the others' gradients are None, so AdamW leaves them as they are)."""
+
+    def __init__(self, members: list[AttentionForecaster], jobs: list[FitJob], batch_size: int):
+        super().__init__()
+        self.automatic_optimization = False
+        self.members = nn.ModuleList(members)
+        self.training_networks = [True] * len(members)   # early stopping has not stopped them
+        gens = [torch.Generator().manual_seed(job.seed) for job in jobs]
+        # The loaders training each network alone would use: the same batches, in the same order.
+        self.loaders = [DataLoader(TensorDataset(torch.as_tensor(j.x, dtype=torch.float32),
+                                                 torch.as_tensor(j.y, dtype=torch.float32)),
+                                   batch_size=batch_size, shuffle=True, generator=gen) for j, gen in zip(jobs, gens)]
+        self.validation = [(torch.as_tensor(j.x_val, dtype=torch.float32), torch.as_tensor(j.y_val, dtype=torch.float32))
+                           if j.has_validation else None for j in jobs]
+
+    def configure_optimizers(self):
+        first = self.members[0].hparams
+        return torch.optim.AdamW(self.parameters(), lr=first.lr, weight_decay=first.weight_decay)
+
+    def training_step(self, batches, batch_idx):
+        optimizer = self.optimizers()
+        optimizer.zero_grad()  # every gradient None: a network without a batch here is not stepped
+        losses = [member.training_step(batch, batch_idx) for member, batch in zip(self.members, batches)
+                  if batch is not None]
+        if losses:
+            self.manual_backward(torch.stack(losses).sum())
+            optimizer.step()
+
+    def validation_step(self, batch, batch_idx):
+        for g, (member, val) in enumerate(zip(self.members, self.validation)):
+            if val is not None and self.training_networks[g]:
+                # As AttentionForecaster.validation_step logs it (the same reduction over the batch).
+                self.log(f"val_loss/{g}", forecast_loss(member, *val), batch_size=len(val[0]))
+
+
+class _Epoch(torch.utils.data.IterableDataset):
+    """One epoch of the networks still training: step j holds each one's j-th batch of its own
+    loader (None once its epoch is over), every loader run to its end as alone."""
+
+    def __init__(self, together: Together):
+        self.together = together
+
+    def __iter__(self):
+        t = self.together
+        running = [iter(loader) if t.training_networks[g] else None for g, loader in enumerate(t.loaders)]
+        while any(it is not None for it in running):
+            batches = []
+            for g, it in enumerate(running):
+                batch = next(it, None) if it is not None else None
+                if batch is None:
+                    running[g] = None
+                batches.append(batch)
+            if any(b is not None for b in batches):
+                yield batches
+
+
+class _Validation(torch.utils.data.IterableDataset):
+    """The validation loop's one step: each network's whole validation set (Together holds them)."""
+
+    def __init__(self, together: Together):
+        self.together = together
+
+    def __iter__(self):
+        yield None
+
+
+class TogetherEarlyStopping(pl.Callback):
+    """Lightning's EarlyStopping (``val_loss``, ``patience``) and :class:`BestWeights`, per network:
+    after each validation, a network whose loss beats its best keeps those weights (the
+    untrained model's loss is the first best), and one whose loss has not improved on its best
+    epoch for ``patience`` epochs stops training. Training ends when none trains any more (those
+    without validation windows train ``max_epochs``)."""
+
+    def __init__(self, together: Together, patience: int):
+        self.patience = patience
+        self.best: list[float | None] = []
+        self.state: list[dict | None] = []
+        for member, val in zip(together.members, together.validation):
+            if val is None:
+                self.best.append(None)
+                self.state.append(None)
+                continue
+            member.eval()
+            with torch.no_grad():
+                self.best.append(float(forecast_loss(member, *val)))
+            self.state.append(copy.deepcopy(member.state_dict()))
+            member.train()
+        self.epoch_best = [torch.tensor(float("inf"))] * len(together.members)
+        self.wait = [0] * len(together.members)
+
+    def on_validation_end(self, trainer, together: Together):
+        for g, member in enumerate(together.members):
+            loss = trainer.callback_metrics.get(f"val_loss/{g}")
+            if loss is None or not together.training_networks[g]:
+                continue
+            if float(loss) < self.best[g]:
+                self.best[g], self.state[g] = float(loss), copy.deepcopy(member.state_dict())
+            if not torch.isfinite(loss):
+                together.training_networks[g] = False
+            elif torch.lt(loss, self.epoch_best[g]):
+                self.epoch_best[g], self.wait[g] = loss, 0
+            else:
+                self.wait[g] += 1
+                if self.wait[g] >= self.patience:
+                    together.training_networks[g] = False
+        if not any(together.training_networks):
+            trainer.should_stop = True
+
+    def on_fit_end(self, trainer, together: Together):
+        for member, state in zip(together.members, self.state):
+            if state is not None:
+                member.load_state_dict(state)

@@ -13,8 +13,9 @@ import numpy as np
 import pandas as pd
 
 from hpcvar.analyses import common
-from hpcvar.analyses.forecast.attention import AttentionForecaster
-from hpcvar.analyses.forecast.models import TRAINERS, Boosted, fit_attention, fit_lgbm, persistence
+from hpcvar.analyses.forecast.attention import AttentionForecaster, Ensemble
+from hpcvar.analyses.forecast.models import (TRAINERS, Boosted, attention_jobs, fit_attention, fit_lgbm, persistence,
+                                             train_attention)
 from hpcvar.analyses.forecast.windows import Fold, Part, Profile, Series, Windows, series, split_validation
 from hpcvar.defaults import cell_key
 from hpcvar.results.forecast import ForecastDataset
@@ -43,23 +44,34 @@ def evaluate_cell(s: Series, folds: list[Fold], m: int, k: int, feature_sets: di
     test = [p["test"] for p in parts]
     cell = CellResult(m, k, np.concatenate([t.windows.run for t in test]),
                       np.concatenate([t.windows.t_c for t in test]), np.concatenate([t.seconds for t in test]))
+    # Every attention network of the cell (feature sets x folds x ensemble members) trained side by side.
+    t0 = time.perf_counter()
+    jobs = {(fs, f.number): attention_jobs(s, f, m, k, cols, settings, settings.seed + f.number)
+            for fs, cols in feature_sets.items() for f in folds}
+    trained = iter(train_attention([j for js in jobs.values() for j in js], settings))
+    ensembles = {key: Ensemble([next(trained) for _ in js]) for key, js in jobs.items()}
+    took = time.perf_counter() - t0
+    progress(f"m={m} k={k} attention: {sum(map(len, jobs.values()))} networks ({len(feature_sets)} feature sets x "
+             f"{len(folds)} folds x {settings.ensemble}) {took:.1f}s")
     for fs, cols in feature_sets.items():
         cell.predictions[(fs, "persistence")] = np.concatenate([persistence(t.x, t.profile_s) for t in test])
         cell.predictions[(fs, "profile")] = np.concatenate([t.profile_s for t in test])
+        models = [ensembles[(fs, f.number)] for f in folds]
+        cell.predictions[(fs, "attention")] = np.concatenate(
+            [p["test"].profile_s * np.exp(mdl.predict(p["test"].x[:, :, cols])) for p, mdl in zip(parts, models)])
+        cell.train_seconds[(fs, "attention")] = took / len(feature_sets)
+        cell.models[fs] = models
         for model_name, trainer in TRAINERS.items():
-            preds, spent, models = [], 0.0, []
+            preds, spent = [], 0.0
             for fold, p in zip(folds, parts):
                 t0 = time.perf_counter()
                 model = trainer(s, fold, m, k, cols, settings, settings.seed + fold.number)
-                took = time.perf_counter() - t0
-                spent += took
-                progress(f"m={m} k={k} {fs} {model_name} fold {fold.number}/{len(folds)} {took:.1f}s")
+                took_fold = time.perf_counter() - t0
+                spent += took_fold
+                progress(f"m={m} k={k} {fs} {model_name} fold {fold.number}/{len(folds)} {took_fold:.1f}s")
                 preds.append(p["test"].profile_s * np.exp(model.predict(p["test"].x[:, :, cols])))
-                models.append(model)
             cell.predictions[(fs, model_name)] = np.concatenate(preds)
             cell.train_seconds[(fs, model_name)] = spent
-            if model_name == "attention":
-                cell.models[fs] = models
     return cell
 
 

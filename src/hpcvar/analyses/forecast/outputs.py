@@ -127,7 +127,9 @@ def log_dataset(res: DatasetResult, experiment_id: str, dataset_dir: Path, param
         flat = pd.DataFrame(f.example.reshape(len(f.example), -1).astype(float),
                             columns=[f"{n}@t-{f.example.shape[1] - 1 - i}" for i in range(f.example.shape[1])
                                      for n in f.feature_names])
-        booster = f.lightgbm.model
+        # The native booster: LightGBM's own text format (an estimator would go through skops, and
+        # take seconds to save); it predicts what the estimator predicts.
+        booster = f.lightgbm.model.booster_
         mlflow.lightgbm.log_model(booster, name="lightgbm",
                                   signature=infer_signature(flat, booster.predict(flat.to_numpy())),
                                   input_example=flat, pip_requirements=[f"lightgbm=={lightgbm.__version__}"])
