@@ -141,27 +141,6 @@ class Ensemble(nn.Module):
             return self(torch.as_tensor(x, dtype=torch.float32)).numpy().astype(float)
 
 
-class BestWeights(pl.Callback):
-    """Keeps the weights of the epoch with the lowest validation loss and restores them at the end
-    (early stopping alone would leave the last, ``patience`` epochs worse, weights). The untrained
-    model (pure persistence) is the first candidate: training must beat it on the validation runs."""
-
-    def __init__(self, module: pl.LightningModule, x_val: torch.Tensor, y_val: torch.Tensor):
-        module.eval()
-        with torch.no_grad():
-            self.best = float(forecast_loss(module, x_val, y_val))
-        self.state = copy.deepcopy(module.state_dict())
-        module.train()
-
-    def on_validation_end(self, trainer, module):
-        loss = trainer.callback_metrics.get("val_loss")
-        if loss is not None and float(loss) < self.best:
-            self.best, self.state = float(loss), copy.deepcopy(module.state_dict())
-
-    def on_fit_end(self, trainer, module):
-        module.load_state_dict(self.state)
-
-
 @contextmanager
 def quiet_lightning():
     """Lightning's per-fit banners and data-loader advice would swamp the progress lines."""
@@ -319,9 +298,10 @@ class _Validation(torch.utils.data.IterableDataset):
 
 
 class TogetherEarlyStopping(pl.Callback):
-    """Lightning's EarlyStopping (``val_loss``, ``patience``) and :class:`BestWeights`, per network:
-    after each validation, a network whose loss beats its best keeps those weights (the
-    untrained model's loss is the first best), and one whose loss has not improved on its best
+    """Lightning's EarlyStopping (``val_loss``, ``patience``) and a best-weights keeper, per
+    network: after each validation, a network whose loss beats its best keeps those weights (the
+    untrained model's loss is the first best: training must beat persistence on the validation
+    runs), and one whose loss has not improved on its best
     epoch for ``patience`` epochs stops training. Training ends when none trains any more (those
     without validation windows train ``max_epochs``)."""
 
