@@ -226,7 +226,9 @@ def _log(dataset_dir, out_dir: Path, settings: DeviationSettings, fitted: dict, 
                         mlflow.log_params({"fold": f["fold"], "selected": ",".join(f["selected"])})
                         mlflow.log_metrics({"mape": f["mape"], "test_runs": f["test_runs"],
                                             "train_seconds": f["seconds"]})
-                mlflow.lightgbm.log_model(estimator, name="deviation_model",
+                # The native booster (LightGBM's own text format; the estimator would go through
+                # skops, which takes seconds): it predicts what the estimator predicts.
+                mlflow.lightgbm.log_model(estimator.booster_, name="deviation_model",
                                           signature=infer_signature(x_sel, estimator.predict(x_sel)),
                                           input_example=x_sel.head(3), pip_requirements=["lightgbm==4.7.0"])
                 mlflow.log_artifacts(str(out_dir / name), artifact_path="deviation")
