@@ -17,13 +17,6 @@ import importlib
 from dataclasses import dataclass
 from types import ModuleType
 
-from hpcvar.results import Result
-from hpcvar.results.deviation import DeviationResult
-from hpcvar.results.distributions import DistributionsResult
-from hpcvar.results.explain import ExplainResult
-from hpcvar.results.forecast import ForecastResult
-from hpcvar.results.neighbourhood import NeighbourhoodResult
-from hpcvar.results.overview import OverviewResult
 from hpcvar.settings import (CompareSettings, DeviationSettings, DistributionsSettings, ExplainSettings,
                              ForecastSettings, NeighbourhoodSettings, OverviewSettings, Settings)
 
@@ -34,8 +27,9 @@ class Analysis:
     #: One line for ``hpcvar --help`` and the workflow's documentation.
     help: str
     settings: type[Settings]
-    #: What its ``summary.json`` holds (:mod:`hpcvar.results`).
-    result: type[Result]
+    #: What its ``summary.json`` holds: the class's name in :mod:`hpcvar.results.<name>` (imported
+    #: when asked for, :attr:`result`: the command line starts without the results' models).
+    result_class: str
     #: Analyses whose outputs it reads (``--analyses DIR``; the workflow waits for them).
     reads: tuple[str, ...] = ()
     #: It reports the simulator's oracle beside its models when given ``--truth`` (a rule input).
@@ -54,21 +48,26 @@ class Analysis:
     def module(self) -> ModuleType:
         return importlib.import_module(f"hpcvar.analyses.{self.name}")
 
+    @property
+    def result(self) -> type:
+        """The :class:`hpcvar.results.Result` its ``summary.json`` holds."""
+        return getattr(importlib.import_module(f"hpcvar.results.{self.name}"), self.result_class)
+
 
 #: In report order.
 ANALYSES: dict[str, Analysis] = {a.name: a for a in (
     Analysis("overview", "the campaign at a glance: spread and coverage per dataset, time per step, compute vs MPI, "
-                         "placement", OverviewSettings, OverviewResult, tracked=False, per_dataset=False),
+                         "placement", OverviewSettings, "OverviewResult", tracked=False, per_dataset=False),
     Analysis("neighbourhood", "rank users whose concurrent large jobs go with slow runs (mutual information, Pearson)",
-             NeighbourhoodSettings, NeighbourhoodResult),
+             NeighbourhoodSettings, "NeighbourhoodResult"),
     Analysis("deviation", "rank counters explaining per-step deviations (LightGBM + RFE in grouped CV)",
-             DeviationSettings, DeviationResult),
+             DeviationSettings, "DeviationResult"),
     Analysis("forecast", "forecast the next k steps from the last m (attention model vs baselines)", ForecastSettings,
-             ForecastResult, takes_truth=True, spreads=True),
+             "ForecastResult", takes_truth=True, spreads=True),
     Analysis("distributions", "PDFs/CDFs, modes (dip test) and cycle minima of step times and latencies (Confidence)",
-             DistributionsSettings, DistributionsResult),
+             DistributionsSettings, "DistributionsResult"),
     Analysis("explain", "why was this run slow? its slowdown split into causes, with the evidence", ExplainSettings,
-             ExplainResult, reads=("deviation", "neighbourhood"), tracked=False),
+             "ExplainResult", reads=("deviation", "neighbourhood"), tracked=False),
 )}
 
 #: Every section of settings by name, in report order: the analyses', then the regression check's
