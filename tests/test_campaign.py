@@ -82,7 +82,12 @@ def _config(rounds, iterations, extra=()):
     return CAMPAIGN.format(rounds=rounds, iterations=iterations, extra="".join(f', "{o}"' for o in extra))
 
 
-def _run(wd, env, rounds, iterations=20000, extra=(), **kw):
+#: Collectives iterations of a round: every one is a latency row that collation and the
+#: distributions analysis read (2,000 of each of 4 collectives x 3 sizes per run).
+ITERATIONS = 2000
+
+
+def _run(wd, env, rounds, iterations=ITERATIONS, extra=(), **kw):
     (wd / "campaign.yaml").write_text(_config(rounds, iterations, extra))
     return snakemake("--profile", PROFILE, "--configfile", "campaign.yaml", cwd=wd, env=env, **kw)
 
@@ -108,7 +113,7 @@ def test_two_rounds_with_another_users_job_alongside(cluster, workdir):
     assert set(theirs["run_id"]) == set(runs["run_id"])
     assert set(theirs["user"]) == {Pseudonymiser(salt)(OTHER)} and OTHER not in set(neigh["user"])
     latency = pd.read_parquet(res / "dataset" / "latency")
-    assert len(latency[latency["benchmark"] == "collectives"]) == 2 * 4 * 3 * 20000
+    assert len(latency[latency["benchmark"] == "collectives"]) == 2 * 4 * 3 * ITERATIONS
     # The report was rebuilt from this dataset.
     assert "4 runs" in (res / "summary.txt").read_text().splitlines()[0]
     assert (res / "report.html").stat().st_mtime >= (res / "summary.txt").stat().st_mtime
@@ -143,6 +148,7 @@ def test_a_cancelled_run_is_recorded_as_failed_and_the_campaign_goes_on(cluster,
 
 
 def test_snakemake_killed_during_a_round_resumes_without_duplicates(cluster, workdir):
+    # Long enough to be running when Snakemake is killed; the rerun of the round is a usual one.
     (workdir / "campaign.yaml").write_text(_config(4, 100_000))
     exe = str(Path(sys.executable).with_name("snakemake"))
     proc = subprocess.Popen([exe, "--profile", PROFILE, "--configfile", "campaign.yaml"], cwd=workdir, env=cluster,
@@ -153,10 +159,10 @@ def test_snakemake_killed_during_a_round_resumes_without_duplicates(cluster, wor
     # What a user does after killing a campaign: the batch jobs ReFrame had submitted keep running.
     _sh(cluster, "scancel", "--user=root")
     assert not (workdir / "results" / "rounds" / "004" / "reframe-report.json").exists()
-    out = _run(workdir, cluster, rounds=4, iterations=100_000)
+    out = _run(workdir, cluster, rounds=4)
     if "--unlock" in out.stderr:
         snakemake("--unlock", "--configfile", "campaign.yaml", cwd=workdir, env=cluster)
-        out = _run(workdir, cluster, rounds=4, iterations=100_000)
+        out = _run(workdir, cluster, rounds=4)
     assert out.returncode == 0, out.stderr[-4000:]
     runs = pd.read_parquet(workdir / "results" / "dataset" / "runs")
     assert runs["run_id"].is_unique and runs["job_id"].is_unique

@@ -30,6 +30,7 @@ if config["fan_out"] == "analysis":
             analysis="|".join(ANALYSES),
         params:
             command=analysis_command,
+            workers=analysis_workers,
         log:
             f"{RESULTS}/logs/{{analysis}}.log",
         threads: analysis_threads
@@ -37,7 +38,7 @@ if config["fan_out"] == "analysis":
         conda:
             "../envs/hpcvar.yaml"
         shell:
-            "{params.command} > {log} 2>&1"
+            "{params.command}{params.workers} > {log} 2>&1"
 
 else:
 

@@ -5,6 +5,7 @@ import sys
 
 import yaml
 
+from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 
@@ -71,20 +72,31 @@ def analysis_inputs(wildcards, input):
 
 def analysis_command(wildcards, input, output):
     """`hpcvar <analysis> DATASET --out DIR` with its inputs and settings (one job over every dataset)."""
-    workers = analysis_threads(wildcards)
-    spread = f" --set=workers={workers}" if ANALYSES[wildcards.analysis].spreads and workers > 1 else ""
     return (f"{HPCVAR} {wildcards.analysis} {shlex.quote(os.path.dirname(input.collated))}"
             f" --out {shlex.quote(os.path.dirname(output.summary))} {analysis_inputs(wildcards, input)}"
-            f" {analysis_settings(wildcards.analysis)}{spread}")
+            f" {analysis_settings(wildcards.analysis)}")
 
 
 def analysis_threads(wildcards):
-    """Cores of an analysis job over every dataset: all of the run's for one that spreads its
-    datasets over processes (the forecast, unless its config sets `workers`), else one."""
+    """Cores of an analysis job over every dataset: for one that spreads its datasets over
+    processes (the forecast), its `workers` when the config sets them, else every core of a run
+    on this machine (`--cores`; a cluster job gets one unless its profile sets threads); one for
+    the others."""
     a = ANALYSES[wildcards.analysis]
     if not a.spreads or config["fan_out"] != "analysis":
         return 1
-    return config["analyses"][wildcards.analysis].get("workers") or workflow.cores
+    configured = config["analyses"][wildcards.analysis].get("workers")
+    if configured:
+        return configured
+    try:
+        return workflow.cores
+    except WorkflowError:  # no --cores: jobs go to a cluster
+        return 1
+
+
+def analysis_workers(wildcards, threads):
+    """The spreading analysis's processes: the job's threads."""
+    return f" --set=workers={threads}" if ANALYSES[wildcards.analysis].spreads else ""
 
 
 def analysis_priority(wildcards):
