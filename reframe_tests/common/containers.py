@@ -60,8 +60,7 @@ class Charliecloud(ContainerPlatform):
         if self.workdir:
             opts.append(f"--cd={self.workdir}")
         opts += self.options
-        command = f" -- {self.command}" if self.command else ""
-        return f"ch-run {' '.join(opts)} {self.image}{command}".replace("  ", " ")
+        return " ".join(["ch-run", *opts, self.image, *(["--", self.command] if self.command else [])])
 
 
 class ContainerRun(rfm.RegressionTestPlugin):
@@ -108,8 +107,9 @@ class ContainerRun(rfm.RegressionTestPlugin):
         image's ``PREFIX/bin`` (the definition's install prefix)."""
         resolved = self.resolved_image
         resolved.require(exe)
+        # Images built from the test's definition install it there, whatever their file is called.
         own = self.image_definition()
-        prefix = own.prefix if own and own.name == resolved.name else f"{definition.APPS_ROOT}/{resolved.name}"
+        prefix = own.prefix if own else f"{definition.APPS_ROOT}/{resolved.name}"
         command = " ".join([*wrapper, f"{prefix}/bin/{exe}", *args])
         launcher = self.job.launcher
         if launcher.registered_name not in HOST_LAUNCHERS:
