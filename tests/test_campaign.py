@@ -87,9 +87,17 @@ def _config(rounds, iterations, extra=()):
 ITERATIONS = 2000
 
 
-def _run(wd, env, rounds, iterations=ITERATIONS, extra=(), **kw):
+#: The workflow's target up to collation (the checkpoint): rounds 3 and 4 test how failed and
+#: interrupted rounds are collected, and stop there; rounds 1-2 and 5 run the analyses and the
+#: report too (round 5 on a dataset holding both rounds' failures). Each analysis is a Slurm job
+#: of its own, about 15 s apiece on this cluster.
+COLLATED = "results/dataset/collated.json"
+
+
+def _run(wd, env, rounds, iterations=ITERATIONS, extra=(), targets=(), **kw):
     (wd / "campaign.yaml").write_text(_config(rounds, iterations, extra))
-    return snakemake("--profile", PROFILE, "--configfile", "campaign.yaml", cwd=wd, env=env, **kw)
+    # The targets first: --configfile takes every word after it.
+    return snakemake(*targets, "--profile", PROFILE, "--configfile", "campaign.yaml", cwd=wd, env=env, **kw)
 
 
 def test_two_rounds_with_another_users_job_alongside(cluster, workdir):
@@ -126,7 +134,7 @@ def test_a_cancelled_run_is_recorded_as_failed_and_the_campaign_goes_on(cluster,
     """Round 3 with a long collectives run, scancel'ed once it runs."""
     parts = {p: p.read_bytes() for p in (workdir / "results" / "dataset").glob("*/part-*.parquet")}
     (workdir / "campaign.yaml").write_text(_config(3, 3_000_000))
-    proc = subprocess.Popen([str(Path(sys.executable).with_name("snakemake")), "--profile", PROFILE,
+    proc = subprocess.Popen([str(Path(sys.executable).with_name("snakemake")), COLLATED, "--profile", PROFILE,
                              "--configfile", "campaign.yaml"], cwd=workdir, env=cluster,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     job = _wait_running(cluster, "rfm_Collectives")
@@ -151,7 +159,8 @@ def test_snakemake_killed_during_a_round_resumes_without_duplicates(cluster, wor
     # Long enough to be running when Snakemake is killed; the rerun of the round is a usual one.
     (workdir / "campaign.yaml").write_text(_config(4, 100_000))
     exe = str(Path(sys.executable).with_name("snakemake"))
-    proc = subprocess.Popen([exe, "--profile", PROFILE, "--configfile", "campaign.yaml"], cwd=workdir, env=cluster,
+    proc = subprocess.Popen([exe, COLLATED, "--profile", PROFILE, "--configfile", "campaign.yaml"], cwd=workdir,
+                            env=cluster,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     _wait_running(cluster, "rfm_")
     os.killpg(proc.pid, signal.SIGKILL)  # Snakemake, ReFrame and everything they started here
@@ -159,10 +168,10 @@ def test_snakemake_killed_during_a_round_resumes_without_duplicates(cluster, wor
     # What a user does after killing a campaign: the batch jobs ReFrame had submitted keep running.
     _sh(cluster, "scancel", "--user=root")
     assert not (workdir / "results" / "rounds" / "004" / "reframe-report.json").exists()
-    out = _run(workdir, cluster, rounds=4)
+    out = _run(workdir, cluster, rounds=4, targets=[COLLATED])
     if "--unlock" in out.stderr:
         snakemake("--unlock", "--configfile", "campaign.yaml", cwd=workdir, env=cluster)
-        out = _run(workdir, cluster, rounds=4)
+        out = _run(workdir, cluster, rounds=4, targets=[COLLATED])
     assert out.returncode == 0, out.stderr[-4000:]
     runs = pd.read_parquet(workdir / "results" / "dataset" / "runs")
     assert runs["run_id"].is_unique and runs["job_id"].is_unique
@@ -179,6 +188,13 @@ def test_a_timed_out_run_is_recorded_with_its_state(cluster, workdir):
     assert len(timeouts) == 1 and timeouts[0]["dataset"] == "collectives-1"
     runs = pd.read_parquet(res / "dataset" / "runs")
     assert len(runs) == 8 and timeouts[0]["job_id"] not in set(runs["job_id"])
+    # The analyses and the report ran on the dataset with both failures (rounds 3 and 5).
+    summary = (res / "summary.txt").read_text()
+    assert "Failed runs (not used as data): 2\n  Slurm state not COMPLETED: 2 (CANCELLED: 1, TIMEOUT: 1)\n" in summary
+    report = (res / "report.html").read_text()
+    assert "8 completed runs of 2 datasets" in report and "2 runs failed (" in report
+    assert "1 CANCELLED" in report and "1 TIMEOUT" in report
+    assert (res / "report.html").stat().st_mtime >= (res / "dataset" / "collated.json").stat().st_mtime
 
 
 def test_collation_twice_gives_identical_tables(cluster, workdir, tmp_path):
