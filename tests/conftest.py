@@ -190,10 +190,87 @@ def session_scratch(name: str) -> Path:
 
 def pytest_sessionfinish(session, exitstatus):
     """The session's scratch directories go once the whole session is over (the controller's
-    end, after every worker's)."""
+    end, after every worker's); an image build still running in the background is stopped first."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
+        _stop_image_build(Path("/var/tmp") / f"hpcvar-pytest-{os.getpid()}-images.pid")
         for path in Path("/var/tmp").glob(f"hpcvar-pytest-{os.getpid()}-*"):
             shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+
+
+# --- the suite's images, built once per session in the background ----------------------------------
+
+#: The images tests/test_container_runs.py runs (``hpcvar containers build``): our own codes, no mirror.
+SESSION_IMAGES = ("microbenchmarks", "amgproxy")
+
+#: Run in the background: take the build lock (the fixture waits on it), share the machine like a
+#: test, build unless the fixture already has, and leave the command's outcome beside the store.
+_BUILD_SCRIPT = """
+import json, subprocess, sys, fcntl
+from filelock import FileLock
+store, machine_lock, *names = sys.argv[1:]
+result = store + ".result.json"
+with FileLock(store + ".lock"), open(machine_lock, "a") as machine:
+    fcntl.flock(machine, fcntl.LOCK_SH)
+    try:
+        open(result).close()
+    except FileNotFoundError:
+        out = subprocess.run([sys.executable, "-m", "hpcvar", "containers", "build", *names, "--store", store],
+                             capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        with open(result + ".part", "w") as fh:
+            json.dump({"returncode": out.returncode, "stdout": out.stdout, "stderr": out.stderr}, fh)
+        import os
+        os.replace(result + ".part", result)
+"""
+
+
+def pytest_collection_finish(session):
+    """When a selected test needs the session's images, start building them now, in the
+    background (whichever xdist worker gets here first): the build (minutes, mostly waiting on
+    the package registry and dpkg) overlaps the tests that run before the first one that needs it."""
+    if session.config.option.collectonly or not any("session_images" in getattr(item, "fixturenames", ())
+                                                    for item in session.items):
+        return
+    where = session_scratch("images")
+    try:
+        os.close(os.open(f"{where}.pid", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return
+    proc = subprocess.Popen([sys.executable, "-c", _BUILD_SCRIPT, str(where), str(_machine_lock()), *SESSION_IMAGES],
+                            cwd=REPO, env={**os.environ, "USER": os.environ.get("USER") or "root"},
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    Path(f"{where}.pid").write_text(str(proc.pid))
+
+
+def _stop_image_build(pidfile: Path) -> None:
+    import signal
+
+    try:
+        os.killpg(int(pidfile.read_text()), signal.SIGTERM)
+    except (OSError, ValueError):
+        pass  # no build started, or it is over
+
+
+@pytest.fixture(scope="session")
+def session_images():
+    """The :data:`SESSION_IMAGES`, built once per session in a store every testbed node sees (not
+    under /tmp): by the background build :func:`pytest_collection_finish` started, or here if none
+    did. ``(store, {name: record}, the build's log)``."""
+    import json
+
+    from filelock import FileLock
+
+    where = session_scratch("images")
+    result = Path(f"{where}.result.json")
+    with FileLock(f"{where}.lock"):  # held by the background build while it runs
+        if not result.exists():
+            out = subprocess.run([sys.executable, "-m", "hpcvar", "containers", "build", *SESSION_IMAGES,
+                                  "--store", str(where)], capture_output=True, text=True, cwd=REPO,
+                                 env={**os.environ, "USER": os.environ.get("USER") or "root"})
+            result.write_text(json.dumps({"returncode": out.returncode, "stdout": out.stdout, "stderr": out.stderr}))
+    built = json.loads(result.read_text())
+    assert built["returncode"] == 0, built["stdout"][-3000:] + built["stderr"][-5000:]
+    return where, {name: json.loads((where / f"{name}.json").read_text()) for name in SESSION_IMAGES}, built["stderr"]
 
 
 def build_cache(tmp_path_factory) -> Path:
@@ -370,12 +447,32 @@ class machine:
         self.fh.close()
 
 
+def _whole_machine(request) -> bool:
+    module = getattr(request.node, "module", None)
+    marks = getattr(module, "pytestmark", [])
+    return bool(request.node.get_closest_marker("whole_machine")) or any(
+        m.name == "whole_machine" for m in (marks if isinstance(marks, list) else [marks]))
+
+
 @pytest.fixture(autouse=True)
 def _share_the_machine(request):
     """Every test shares the machine, except those marked ``whole_machine`` (their module holds
     it exclusively: ``with machine(exclusive=True)``)."""
-    if request.node.get_closest_marker("whole_machine"):
+    if _whole_machine(request):
         yield
         return
     with machine(exclusive=False):
         yield
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+    """Session- and module-scoped fixtures share the machine too while they are set up: pytest
+    sets them up before a test's function-scoped ones (:func:`_share_the_machine`), and the
+    longest work of the suite is theirs (the main job, the simulated campaigns, the forecasters).
+    Without this, one of them started on the other worker while the testbed campaign ran alone
+    and cost explain two of its nine culprit runs."""
+    if fixturedef.scope == "function" or _whole_machine(request):
+        return (yield)
+    with machine(exclusive=False):
+        return (yield)

@@ -18,13 +18,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import REPO, session_scratch, testbed  # noqa: F401  (the multi-node cluster fixture)
+from conftest import REPO, SESSION_IMAGES, testbed  # noqa: F401  (the multi-node cluster fixture)
 from hpcvar.containers import store
 from hpcvar.data.dataset import Dataset
 
 pytestmark = pytest.mark.slow
 REFRAME = str(Path(sys.executable).with_name("reframe"))
-IMAGES = ("microbenchmarks", "amgproxy")
+IMAGES = SESSION_IMAGES
 #: Per-step agreement of the stamped step times with the application's own timer (as on bare metal).
 STEP_TOLERANCE = 0.05
 STAMP_JITTER_S = 0.020
@@ -35,17 +35,11 @@ def hpcvar(*args, env=None, timeout=900) -> subprocess.CompletedProcess:
                           env={**os.environ, "USER": "root", **(env or {})}, timeout=timeout)
 
 
-@pytest.fixture(scope="session")
-def images():
-    """The microbenchmarks and amgproxy images, built once per session (whichever worker asks
-    first; the others wait) in a store every testbed node sees (not under /tmp)."""
-    from filelock import FileLock
-
-    where = session_scratch("images")
-    with FileLock(str(where) + ".lock"):
-        built = hpcvar("containers", "build", *IMAGES, "--store", str(where))
-    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-5000:]
-    return where, {name: json.loads((where / f"{name}.json").read_text()) for name in IMAGES}, built.stderr
+@pytest.fixture(scope="module")
+def images(session_images):
+    """The microbenchmarks and amgproxy images of this session (tests/conftest.py: built in the
+    background from the start of the session, in a store every testbed node sees)."""
+    return session_images
 
 
 def test_the_images_are_built_from_the_registry_with_their_digests_and_a_rebuild_changes_nothing(images):
