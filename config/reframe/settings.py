@@ -72,7 +72,10 @@ TESTBED_MPI = [
 
 #: Container platforms by the runtime feature a partition carries.
 CONTAINER_PLATFORMS = {
-    "charliecloud": {"type": "Charliecloud", "env_vars": [["PMIX_MCA_gds", "hash"]]},
+    # Each rank's ch-run has a user namespace of its own: Open MPI's shared-memory single copy
+    # (CMA) cannot cross them, and says so once per run unless told not to try.
+    "charliecloud": {"type": "Charliecloud", "env_vars": [["PMIX_MCA_gds", "hash"],
+                                                          ["OMPI_MCA_btl_vader_single_copy_mechanism", "none"]]},
     "apptainer": {"type": "Apptainer", "env_vars": [["PMIX_MCA_gds", "hash"]]},
 }
 SITE_CONTAINERS = [c.strip() for c in _env("HPCVAR_RFM_CONTAINERS", "apptainer").split(",") if c.strip()]

@@ -138,10 +138,6 @@ class Layout:
         return self.root / "spool" / "slurmd"
 
     @property
-    def tmp(self) -> Path:
-        return self.root / "tmp"
-
-    @property
     def jobs(self) -> Path:
         return self.root / "jobs"
 
@@ -361,8 +357,9 @@ def slurm_conf_text(layout: Layout, node: str, hardware: dict[str, str], spec: t
         header = "# Single-node development cluster with accounting; no cgroups, no systemd."
         ctld, nodes, all_nodes = "127.0.0.1", f"NodeName={node} NodeAddr=127.0.0.1 {hw} State=UNKNOWN", node
         slurmd = f"""SlurmdSpoolDir={layout.slurmd_spool}
-# Node-local scratch of the daemons (PMIx's per-job directories).
-TmpFS={layout.tmp}
+# Node-local scratch (PMIx's per-job directories): /tmp, which a container image sees (ch-run
+# binds it); under the state directory, an image's Open MPI found no session directory.
+TmpFS=/tmp
 SlurmdPidFile={layout.pid_file('slurmd')}
 SlurmdLogFile={layout.log_file('slurmd')}"""
         extra, lln = "SlurmdTimeout=60", ""
@@ -493,7 +490,6 @@ def prepare(layout: Layout, info: dict) -> None:
     _mkdir(layout.ctld_state, 0o700, SLURM_USER)
     _mkdir(layout.slurmd_spool, 0o755)
     _mkdir(layout.jobs, 0o1777)
-    _mkdir(layout.tmp, 0o1777)
     _mkdir(layout.munge, 0o755, MUNGE_USER)  # munged insists: socket dir executable by all
     _mkdir(layout.mysql, 0o750, MYSQL_USER)
     key = layout.munge / "munge.key"
