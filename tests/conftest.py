@@ -202,25 +202,32 @@ def pytest_sessionfinish(session, exitstatus):
 #: The images tests/test_container_runs.py runs (``hpcvar containers build``): our own codes, no mirror.
 SESSION_IMAGES = ("microbenchmarks", "amgproxy")
 
-#: Run in the background: take the build lock (the fixture waits on it), share the machine like a
-#: test, build unless the fixture already has, and leave the command's outcome beside the store.
+#: Builds the session's images unless done (``python -c SCRIPT STORE MACHINE_LOCK NAME...``): takes
+#: the build lock, shares the machine like a test, and leaves the command's outcome beside the
+#: store. Run in the background from the session's start, and by the fixture (which then finds
+#: the outcome, or builds if no background build was started).
 _BUILD_SCRIPT = """
-import json, subprocess, sys, fcntl
+import fcntl, json, os, subprocess, sys
 from filelock import FileLock
 store, machine_lock, *names = sys.argv[1:]
 result = store + ".result.json"
 with FileLock(store + ".lock"), open(machine_lock, "a") as machine:
     fcntl.flock(machine, fcntl.LOCK_SH)
-    try:
-        open(result).close()
-    except FileNotFoundError:
+    if not os.path.exists(result):
         out = subprocess.run([sys.executable, "-m", "hpcvar", "containers", "build", *names, "--store", store],
                              capture_output=True, text=True, stdin=subprocess.DEVNULL)
         with open(result + ".part", "w") as fh:
             json.dump({"returncode": out.returncode, "stdout": out.stdout, "stderr": out.stderr}, fh)
-        import os
         os.replace(result + ".part", result)
 """
+
+
+def _image_build_command(where: Path) -> list[str]:
+    return [sys.executable, "-c", _BUILD_SCRIPT, str(where), str(_machine_lock()), *SESSION_IMAGES]
+
+
+def _image_build_env() -> dict:
+    return {**os.environ, "USER": os.environ.get("USER") or "root"}
 
 
 def pytest_collection_finish(session):
@@ -235,9 +242,7 @@ def pytest_collection_finish(session):
         os.close(os.open(f"{where}.pid", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
     except FileExistsError:
         return
-    proc = subprocess.Popen([sys.executable, "-c", _BUILD_SCRIPT, str(where), str(_machine_lock()), *SESSION_IMAGES],
-                            cwd=REPO, env={**os.environ, "USER": os.environ.get("USER") or "root"},
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    proc = subprocess.Popen(_image_build_command(where), cwd=REPO, env=_image_build_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     Path(f"{where}.pid").write_text(str(proc.pid))
 
@@ -255,22 +260,16 @@ def _stop_image_build(pidfile: Path) -> None:
 def session_images():
     """The :data:`SESSION_IMAGES`, built once per session in a store every testbed node sees (not
     under /tmp): by the background build :func:`pytest_collection_finish` started, or here if none
-    did. ``(store, {name: record}, the build's log)``."""
+    did. ``(store, {name: record})``; a failed build fails its tests with the build's output."""
     import json
-
-    from filelock import FileLock
 
     where = session_scratch("images")
     result = Path(f"{where}.result.json")
-    with FileLock(f"{where}.lock"):  # held by the background build while it runs
-        if not result.exists():
-            out = subprocess.run([sys.executable, "-m", "hpcvar", "containers", "build", *SESSION_IMAGES,
-                                  "--store", str(where)], capture_output=True, text=True, cwd=REPO,
-                                 env={**os.environ, "USER": os.environ.get("USER") or "root"})
-            result.write_text(json.dumps({"returncode": out.returncode, "stdout": out.stdout, "stderr": out.stderr}))
+    # Waits for the background build (its lock), or builds now if none was started.
+    subprocess.run(_image_build_command(where), cwd=REPO, env=_image_build_env(), check=True)
     built = json.loads(result.read_text())
     assert built["returncode"] == 0, built["stdout"][-3000:] + built["stderr"][-5000:]
-    return where, {name: json.loads((where / f"{name}.json").read_text()) for name in SESSION_IMAGES}, built["stderr"]
+    return where, {name: json.loads((where / f"{name}.json").read_text()) for name in SESSION_IMAGES}
 
 
 def build_cache(tmp_path_factory) -> Path:
@@ -469,9 +468,8 @@ def _share_the_machine(request):
 def pytest_fixture_setup(fixturedef, request):
     """Session- and module-scoped fixtures share the machine too while they are set up: pytest
     sets them up before a test's function-scoped ones (:func:`_share_the_machine`), and the
-    longest work of the suite is theirs (the main job, the simulated campaigns, the forecasters).
-    Without this, one of them started on the other worker while the testbed campaign ran alone
-    and cost explain two of its nine culprit runs."""
+    longest work of the suite is theirs (the main job, the simulated campaigns, the forecasters):
+    without this, one could start on the other worker while the testbed campaign runs alone."""
     if fixturedef.scope == "function" or _whole_machine(request):
         return (yield)
     with machine(exclusive=False):

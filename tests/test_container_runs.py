@@ -35,15 +35,8 @@ def hpcvar(*args, env=None, timeout=900) -> subprocess.CompletedProcess:
                           env={**os.environ, "USER": "root", **(env or {})}, timeout=timeout)
 
 
-@pytest.fixture(scope="module")
-def images(session_images):
-    """The microbenchmarks and amgproxy images of this session (tests/conftest.py: built in the
-    background from the start of the session, in a store every testbed node sees)."""
-    return session_images
-
-
-def test_the_images_are_built_from_the_registry_with_their_digests_and_a_rebuild_changes_nothing(images):
-    where, records, log = images
+def test_the_images_are_built_from_the_registry_with_their_digests_and_a_rebuild_changes_nothing(session_images):
+    where, records = session_images
     for name, rec in records.items():
         sqfs, directory = where / rec["squashfs"], where / rec["directory"]
         assert store.file_sha256(sqfs) == rec["squashfs_sha256"]
@@ -86,9 +79,9 @@ def run_round(prefix: Path, system: str, image: str | None, env: dict, *options)
 
 
 @pytest.fixture(scope="module")
-def local_rounds(images, tmp_path_factory):
+def local_rounds(session_images, tmp_path_factory):
     """Bare metal and in the images on `local` (2 ranks), imported into one raw directory."""
-    where, records, _ = images
+    where, records = session_images
     work = tmp_path_factory.mktemp("containers-local")
     env = {"HPCVAR_IMAGES": str(where)}
     bare = run_round(work / "bare", "local", None, env)
@@ -172,11 +165,11 @@ def testbed_work(testbed):
 ACROSS = ["-S", "tasks_per_node=1", "-S", "exclusive_access=false", "-J", "nodelist=n01,n04"]
 
 
-def test_on_the_testbed_srun_starts_ch_run_per_rank_across_the_groups(images, testbed, testbed_work):
+def test_on_the_testbed_srun_starts_ch_run_per_rank_across_the_groups(session_images, testbed, testbed_work):
     """A campaign round in the images (campaign.container: auto, as the workflow's rule runs it):
     the images checked before the round, the hybrid model across the groups, the runs collated
     with the topology and the image's digest."""
-    where, records, _ = images
+    where, records = session_images
     env = {**testbed["env"], "HPCVAR_IMAGES": str(where)}
     report = testbed_work / "rounds" / "001" / "reframe-report.json"
     options = [f"--option={o}" for o in ["-S", "Collectives.iterations=40", "-S", "Collectives.sizes=65536", *ACROSS]]
@@ -211,11 +204,11 @@ def test_on_the_testbed_srun_starts_ch_run_per_rank_across_the_groups(images, te
 
 
 def test_an_image_whose_mpi_cannot_wire_up_fails_its_run_with_the_mpi_error_and_nothing_else_is_lost(
-        images, testbed, testbed_work):
+        session_images, testbed, testbed_work):
     """Slurm without PMIx for the ranks (a site whose srun defaults to --mpi=none): the image's
     Open MPI cannot wire up. The run fails, its record quotes MPI's error, the other test's run
     is data."""
-    where, _, _ = images
+    where, _ = session_images
     env = {**testbed["env"], "HPCVAR_IMAGES": str(where), "HPCVAR_RFM_NODES": "amgproxy:2;microbenchmarks:2"}
     got = run_round(testbed_work / "rfm-nopmix", "testbed", "auto", env, *ACROSS,
                     "-S", "Collectives.container_launcher_options=--mpi=none")
