@@ -149,6 +149,15 @@ def test_missing_column_in_row(samples: Path, tmp_path: Path):
     assert err.value.line == _line_of(lines, "Recv ")
 
 
+def test_bad_value_after_blank_lines_names_its_line(samples: Path, tmp_path: Path):
+    """The callsite statistics separate sites by blank lines; a bad value deep in the table is
+    reported on the file's own line, not on its row's index."""
+    path, lines = _variant(samples, tmp_path, lambda ls: [l.replace("0.0497", "0.04x7") for l in ls])
+    with pytest.raises(ParseError, match="'Mean'") as err:
+        mpip.read(path)
+    assert err.value.line == _line_of(lines, "Send                 8    3")
+
+
 def test_callsite_count_mismatch(samples: Path, tmp_path: Path):
     path, lines = _variant(samples, tmp_path, lambda ls: [l for l in ls if not l.startswith("  8   0")])
     with pytest.raises(ParseError, match="announces 8 callsites") as err:

@@ -83,9 +83,41 @@ class MpipReport:
 
 @dataclass
 class _Section:
+    """A section: its title, the line number of its heading, and its body ``lines[start:stop]``."""
+
     title: str
     line: int
-    body: list[tuple[int, str]]
+    lines: list[str]
+    start: int
+    stop: int
+
+    @property
+    def last_line(self) -> int:
+        """Line number of the section's last line (its heading's when it has no body)."""
+        return self.stop if self.stop > self.start else self.line
+
+
+class _Rows:
+    """A table's non-blank rows, ``lines[start:stop]`` without the blank ones: ``texts`` for
+    column-wise parsing, ``rows[i]`` -> ``(line number, text)`` to name a line in an error.
+    The line numbers are worked out only when asked for (a 512-node report has ~200k rows)."""
+
+    def __init__(self, lines: list[str], start: int, stop: int):
+        chunk = lines[start:stop]
+        self.texts = [t for t in chunk if t and not t.isspace()]
+        self._start = start
+        self._numbers = None if len(self.texts) == len(chunk) else \
+            [start + j + 1 for j, t in enumerate(chunk) if t and not t.isspace()]
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def __getitem__(self, i: int) -> tuple[int, str]:
+        i = range(len(self.texts))[i]
+        return (self._start + i + 1 if self._numbers is None else self._numbers[i]), self.texts[i]
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self.texts)))
 
 
 def sniff(head: str, name: str) -> bool:
@@ -162,18 +194,17 @@ def _task_stat(report: MpipReport, how: str) -> float | None:
 # --- reading -------------------------------------------------------------------------------
 
 
-def _split(path: Path, lines: list[str]) -> tuple[list[tuple[int, str]], list[_Section]]:
-    """Header lines before the first ``@---`` heading, and the sections after it."""
-    header: list[tuple[int, str]] = []
-    sections: list[_Section] = []
-    for number, text in enumerate(lines, start=1):
-        match = _HEADING.match(text)
+def _split(path: Path, lines: list[str]) -> tuple[list[tuple[int, str, str]], list[_Section]]:
+    """The header's ``(line number, key, value)`` fields before the first ``@---`` heading, and the
+    sections after it."""
+    heads = [i for i, text in enumerate(lines) if text.startswith("@--- ")]
+    header = []
+    for number, text in enumerate(lines[:heads[0] if heads else len(lines)], start=1):
+        match = _HEADER_LINE.match(text)
         if match:
-            sections.append(_Section(match.group(1), number, []))
-        elif sections:
-            sections[-1].body.append((number, text))
-        else:
-            header.append((number, text))
+            header.append((number, match.group(1), match.group(2)))
+    sections = [_Section(_HEADING.match(lines[i]).group(1), i + 1, lines, i + 1, stop)
+                for i, stop in zip(heads, [*heads[1:], len(lines)])]
     if not sections or sections[-1].title != "End of Report":
         where = f" inside section {sections[-1].title!r}" if sections else ""
         raise ParseError(path, f"file ends{where} without the '@--- End of Report' section (truncated report)",
@@ -181,53 +212,44 @@ def _split(path: Path, lines: list[str]) -> tuple[list[tuple[int, str]], list[_S
     return header, sections
 
 
-def _header_value(header: list[tuple[int, str]], key: str) -> str | None:
-    for _, text in header:
-        match = _HEADER_LINE.match(text)
-        if match and match.group(1) == key:
-            return match.group(2).strip()
-    return None
+def _header_value(header: list[tuple[int, str, str]], key: str) -> str | None:
+    return next((value.strip() for _, name, value in header if name == key), None)
 
 
-def _header_time(path: Path, header: list[tuple[int, str]], key: str) -> datetime | None:
-    for number, text in header:
-        match = _HEADER_LINE.match(text)
-        if match and match.group(1) == key:
+def _header_time(path: Path, header: list[tuple[int, str, str]], key: str) -> datetime | None:
+    for number, name, value in header:
+        if name == key:
             try:
-                return datetime.strptime(match.group(2).strip(), _TIME_FORMAT)
+                return datetime.strptime(value.strip(), _TIME_FORMAT)
             except ValueError:
                 raise ParseError(path, f"expected '@ {key} : YYYY MM DD HH:MM:SS'", number) from None
     return None
 
 
-def _hosts(path: Path, header: list[tuple[int, str]]) -> dict[int, str]:
+def _hosts(path: Path, header: list[tuple[int, str, str]]) -> dict[int, str]:
     hosts = {}
-    for number, text in header:
-        match = _HEADER_LINE.match(text)
-        if match and match.group(1) == "MPI Task Assignment":
-            rank, _, host = match.group(2).partition(" ")
+    for number, name, value in header:
+        if name == "MPI Task Assignment":
+            rank, _, host = value.partition(" ")
             if not rank.isdigit() or not host.strip():
                 raise ParseError(path, "expected '@ MPI Task Assignment : <rank> <host>'", number)
             hosts[int(rank)] = host.strip()
     return hosts
 
 
-def _table(path: Path, section: _Section, first_column: str) -> tuple[list[str], list[tuple[int, str]]]:
-    """Column names and the ``(line number, text)`` rows of a section's table (blank lines skipped)."""
-    body = section.body
-    if not body or not _RULE.match(body[0][1]):
+def _table(path: Path, section: _Section, first_column: str) -> tuple[list[str], _Rows]:
+    """Column names and the non-blank rows of a section's table."""
+    lines, start, stop = section.lines, section.start, section.stop
+    if start >= stop or not _RULE.match(lines[start]):
         raise ParseError(path, f"expected a line of dashes after the {section.title!r} heading", section.line + 1)
-    if len(body) < 2 or not body[1][1].split() or body[1][1].split()[0] != first_column:
+    if stop - start < 2 or not lines[start + 1].split() or lines[start + 1].split()[0] != first_column:
         raise ParseError(path, f"expected the {section.title!r} column header starting with {first_column!r}",
                          section.line + 2)
-    columns = body[1][1].split()
-    rows = []
-    for number, text in body[2:]:
-        if _RULE.match(text):
-            return columns, rows
-        if text.strip():
-            rows.append((number, text))
-    raise ParseError(path, f"table {section.title!r} is not closed by a line of dashes", body[-1][0])
+    columns = lines[start + 1].split()
+    for i in range(start + 2, stop):
+        if lines[i].startswith("-") and _RULE.match(lines[i]):
+            return columns, _Rows(lines, start + 2, i)
+    raise ParseError(path, f"table {section.title!r} is not closed by a line of dashes", section.last_line)
 
 
 def _number(path: Path, number: int, token: str, column: str) -> float:
@@ -261,8 +283,8 @@ def _tasks(path: Path, section: _Section, hosts: dict[int, str]) -> pd.DataFrame
     if star.size == 0 or star[0] != len(rows) - 1:
         if star.size:
             raise ParseError(path, "rows after the '*' aggregate row", rows[star[0] + 1][0])
-        raise ParseError(path, "the MPI Time table has no '*' aggregate row", section.body[-1][0])
-    ranks = _integers(path, rows[:-1], cols["Task"].iloc[:-1].astype(str), "Task")
+        raise ParseError(path, "the MPI Time table has no '*' aggregate row", section.last_line)
+    ranks = _integers(path, rows, cols["Task"].iloc[:-1].astype(str), "Task")
     wrong = np.flatnonzero(ranks != np.arange(len(ranks)))
     if wrong.size:
         i = int(wrong[0])
@@ -343,14 +365,14 @@ def _stats(path: Path, section: _Section | None) -> pd.DataFrame:
     return frame[CALLSITE_COLUMNS[:9]]
 
 
-def _columns(path: Path, table: list[tuple[int, str]], columns: list[str], title: str) -> pd.DataFrame:
+def _columns(path: Path, table: _Rows, columns: list[str], title: str) -> pd.DataFrame:
     """The rows of ``table`` as columns, parsed by pandas' C reader (numbers typed where they parse).
 
     A row with the wrong number of fields names its line; a value that does not parse leaves its
     column as text, and :func:`_integers`/:func:`_numbers` then name the offending line.
     """
     try:
-        frame = pd.read_csv(io.StringIO("\n".join(text for _, text in table)), sep=r"\s+", header=None,
+        frame = pd.read_csv(io.StringIO("\n".join(table.texts)), sep=r"\s+", header=None,
                             names=columns, engine="c", na_filter=False, dtype={c: str for c in ("Name", "Call")})
     except (pd.errors.ParserError, ValueError):
         frame = None
@@ -361,7 +383,7 @@ def _columns(path: Path, table: list[tuple[int, str]], columns: list[str], title
     return frame
 
 
-def _integers(path: Path, table: list[tuple[int, str]], values: pd.Series, column: str) -> np.ndarray:
+def _integers(path: Path, table: _Rows, values: pd.Series, column: str) -> np.ndarray:
     if pd.api.types.is_integer_dtype(values) and (values >= 0).all():
         return values.to_numpy(dtype="int64")
     text = values.astype(str)
@@ -372,7 +394,7 @@ def _integers(path: Path, table: list[tuple[int, str]], values: pd.Series, colum
     return text.astype("int64").to_numpy()
 
 
-def _numbers(path: Path, table: list[tuple[int, str]], values: pd.Series, column: str) -> np.ndarray:
+def _numbers(path: Path, table: _Rows, values: pd.Series, column: str) -> np.ndarray:
     if pd.api.types.is_numeric_dtype(values):
         return values.to_numpy(dtype=float)
     out = pd.to_numeric(values, errors="coerce").to_numpy(dtype=float)
@@ -437,7 +459,10 @@ def write(path: str | Path, *, command: str, hosts: Sequence[str], app_time_s: S
     if len(hosts) != ntasks:
         raise ValueError(f"{len(hosts)} hosts for {ntasks} ranks")
     sites = _sites(routine_time_s, routine_count, ntasks)
-    mpi_time_s = [sum(site[1][r] for site in sites) for r in range(ntasks)]
+    mpi = np.zeros(ntasks)
+    for _, times, _ in sites:  # rank by rank, in site order, as a sum over the sites would
+        mpi = mpi + np.asarray(times)
+    mpi_time_s = mpi.tolist()
     lines = [*_write_header(command, hosts, start, stop, pid),
              *_write_tasks(app_time_s, mpi_time_s),
              *_write_callsites(sites),
@@ -457,10 +482,11 @@ def _sites(routine_time_s: Mapping[str, Sequence[float]], routine_count: Mapping
         counts = list(routine_count[name])
         if len(times) != ntasks or len(counts) != ntasks:
             raise ValueError(f"{name}: expected {ntasks} per-rank values")
-        if any(c < 0 or t < 0 or (c == 0 and t > 0) for t, c in zip(times, counts)):
+        t, c = np.asarray(times, dtype=float), np.asarray(counts)
+        if ((c < 0) | (t < 0) | ((c == 0) & (t > 0))).any():
             raise ValueError(f"{name}: times and counts must be non-negative, and time needs calls")
         if sum(counts):
-            sites.append((name.removeprefix("MPI_"), [float(t) for t in times], counts))
+            sites.append((name.removeprefix("MPI_"), t.tolist(), counts))
     return sites
 
 
@@ -480,16 +506,23 @@ def _write_header(command: str, hosts: Sequence[str], start: datetime, stop: dat
             intro("Timer Used", "PMPI_Wtime"), intro("MPIP env var", "[null]"), intro("Collector Rank", 0),
             intro("Collector PID", pid), intro("Final Output Dir", "."),
             intro("Report generation", "Single collector task"),
-            *(intro("MPI Task Assignment", f"{rank} {host}") for rank, host in enumerate(hosts)), ""]
+            *(f"@ {'MPI Task Assignment':<25}: {rank} {host}" for rank, host in enumerate(hosts)), ""]
 
 
 def _pct(part: float, whole: float) -> float:
     return 100.0 * part / whole if whole > 0 else 0.0
 
 
+def _pcts(part: Sequence[float], whole: Sequence[float]) -> list[float]:
+    """:func:`_pct` of each pair (the same float operations, element-wise)."""
+    part, whole = np.asarray(part, dtype=float), np.asarray(whole, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(whole > 0, 100.0 * part / whole, 0.0).tolist()
+
+
 def _write_tasks(app_time_s: Sequence[float], mpi_time_s: Sequence[float]) -> list[str]:
-    rows = ["%4d %10.3g %10.3g    %5.2f" % (r, app, mpi, _pct(mpi, app))
-            for r, (app, mpi) in enumerate(zip(app_time_s, mpi_time_s))]
+    rows = ["%4d %10.3g %10.3g    %5.2f" % row
+            for row in zip(range(len(app_time_s)), app_time_s, mpi_time_s, _pcts(mpi_time_s, app_time_s))]
     app, mpi = sum(app_time_s), sum(mpi_time_s)
     return [*_heading("MPI Time (seconds)"), "%-4s %10s %10s    %5s" % ("Task", "AppTime", "MPITime", "MPI%"),
             *rows, "   * %10.3g %10.3g    %5.2f" % (app, mpi, _pct(mpi, app))]
@@ -540,14 +573,15 @@ def _write_stats(sites: list[tuple[str, list[float], list[int]]], app_time_s: Se
                                                                  key=lambda item: (item[1][0], item[0]))):
         if index:
             lines.append("")
-        means = []
-        for rank, (seconds, calls) in enumerate(zip(times, counts)):
-            if calls and mpi_time_s[rank] > 0:
-                mean = seconds * 1e3 / calls
-                means.append(mean)
-                lines.append("%-17s %4d %4d %6d %8.3g %8.3g %8.3g %6.2f %6.2f" % (
-                    name, site, rank, calls, mean, mean, mean,
-                    _pct(seconds, app_time_s[rank]), _pct(seconds, mpi_time_s[rank])))
+        t, c = np.asarray(times, dtype=float), np.asarray(counts)
+        ranks = np.flatnonzero((c != 0) & (np.asarray(mpi_time_s) > 0))
+        means = (t[ranks] * 1e3 / c[ranks]).tolist()
+        prefix = "%-17s %4d " % (name, site)
+        lines.extend(prefix + "%4d %6d %8.3g %8.3g %8.3g %6.2f %6.2f" % (rank, calls, mean, mean, mean, app, mpi)
+                     for rank, calls, mean, app, mpi in zip(
+                         ranks.tolist(), c[ranks].tolist(), means,
+                         _pcts(t[ranks], np.asarray(app_time_s, dtype=float)[ranks]),
+                         _pcts(t[ranks], np.asarray(mpi_time_s, dtype=float)[ranks])))
         total = sum(times)
         lines.append("%-17s %4d %4s %6d %8.3g %8.3g %8.3g %6.2f %6.2f" % (
             name, site, "*", sum(counts), max(means, default=0.0), total * 1e3 / sum(counts),
