@@ -341,6 +341,25 @@ def test_bad_run_file_is_quarantined_with_line_and_the_rest_collates(small_raw, 
     assert entry in Dataset(ds_dir).quarantine()
 
 
+def test_the_same_dataset_from_one_process_or_two(small_raw, tmp_path):
+    """Runs read by two processes (collate's default here) make the dataset one process makes,
+    in the same order, with a bad file quarantined the same way and an incomplete run left out."""
+    runs = sorted((small_raw / "runs").iterdir())
+    bad = next(r for r in runs if list(r.glob("*.mpiP")))
+    report = next(bad.glob("*.mpiP"))
+    report.write_text("".join(report.read_text().splitlines(keepends=True)[:40]))
+    write_manifest(bad, {k: v for k, v in json.loads((bad / "manifest.json").read_text()).items() if k != "files"})
+    (runs[-1] / "manifest.json").unlink()
+    results = {n: collate(small_raw, tmp_path / f"dataset-{n}", Pseudonymiser(SALT), workers=n) for n in (1, 2)}
+    one, two = results[1], results[2]
+    assert one.as_dict() == two.as_dict()
+    assert [q["run_id"] for q in two.quarantined] == [bad.name] and two.incomplete == [runs[-1].name]
+    assert len(two.new_runs) == len(runs) - 2 - len(two.failed)
+    for table in ("runs", "steps", "step_counters", "mpi_profile", "neighbourhood", "system_counters"):
+        pd.testing.assert_frame_equal(Dataset(tmp_path / "dataset-1").read(table),
+                                      Dataset(tmp_path / "dataset-2").read(table))
+
+
 def test_changed_file_fails_its_checksum(small_raw, tmp_path):
     run = sorted((small_raw / "runs").iterdir())[0]
     with open(run / "counters.csv", "a") as fh:

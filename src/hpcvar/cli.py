@@ -49,7 +49,7 @@ def cmd_collate(a) -> int:
         check_systems(a.raw, a.out, rebuild=a.rebuild)  # before --rebuild empties anything
         if a.rebuild:
             Dataset(a.out).clear()
-        result = collate(a.raw, a.out, pseudo)
+        result = collate(a.raw, a.out, pseudo, workers=a.workers)
     except (ParseError, SchemaError) as exc:
         print(f"hpcvar collate: {exc}", file=sys.stderr)
         return 2
@@ -484,6 +484,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--summary", help="also write the text summary to this file")
     s.add_argument("--rebuild", action="store_true",
                    help="empty the dataset first and collate everything again (e.g. after re-simulating)")
+    s.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="processes reading the runs' files (default: one per usable core; the dataset is "
+                        "the same at any count)")
     s.set_defaults(func=cmd_collate)
 
     s = sub.add_parser("inspect", help="detect, parse and describe raw files (or show the error)")

@@ -22,8 +22,12 @@ checkpoint collate:
         rebuild="--rebuild" if config["source"] == "simulate" else "",
     log:
         f"{RESULTS}/logs/collate.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/collate.tsv",
+    # The runs' files are read by one process per thread (`--workers`).
+    threads: lambda wildcards: local_cores()
     conda:
         "../envs/hpcvar.yaml"
     shell:
         "{params.hpcvar} collate {params.raw} --out {params.dataset} --salt-file {params.salt_file}"
-        " {params.anonymise} {params.rebuild} --summary {output.summary} > {log} 2>&1"
+        " {params.anonymise} {params.rebuild} --workers {threads} --summary {output.summary} > {log} 2>&1"

@@ -88,9 +88,15 @@ def analysis_threads(wildcards):
     configured = config["analyses"][wildcards.analysis].get("workers")
     if configured:
         return configured
+    return local_cores()
+
+
+def local_cores():
+    """Every core of a run on this machine (`--cores`); one when jobs go to a cluster (no
+    --cores: a profile sets the rule's threads)."""
     try:
         return workflow.cores
-    except WorkflowError:  # no --cores: jobs go to a cluster
+    except WorkflowError:
         return 1
 
 

@@ -18,8 +18,12 @@ The other way into a dataset, from plain per-run tables instead of a raw directo
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
 from collections import defaultdict
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from itertools import repeat
 from pathlib import Path
 
 import hostlist
@@ -586,7 +590,38 @@ def check_systems(raw: str | Path, out: str | Path, rebuild: bool = False) -> No
                                           f"{raw} is system {system.name!r}: collate it into a dataset of its own")
 
 
-def collate(raw: str | Path, out: str | Path, pseudonymise: Pseudonymiser) -> CollateResult:
+def usable_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def _collate_one(run_dir: Path, system: SystemInfo, topo: Topology, have: set) -> tuple[str, object]:
+    """One run directory: ``("incomplete", name)``, ``("skipped", run_id)``, ``("quarantined",
+    record)`` for a file that does not parse, else ``("run", RunData | FailedRun)``."""
+    if not is_complete(run_dir):
+        return "incomplete", run_dir.name
+    try:
+        meta = read_manifest(run_dir)
+        if meta["run_id"] in have:
+            return "skipped", meta["run_id"]
+        return "run", collate_run(run_dir, system, topo, meta)
+    except ParseError as exc:
+        return "quarantined", {**exc.as_dict(), "run_id": run_dir.name, "kind": "run"}
+
+
+def _collate_runs(run_dirs: list[Path], system: SystemInfo, topo: Topology, have: set, workers: int):
+    """:func:`_collate_one` of each run directory, in order, over ``workers`` processes (a run's
+    files are read by one process; the results are the same at any count)."""
+    if workers <= 1 or len(run_dirs) < 2:
+        yield from (_collate_one(d, system, topo, have) for d in run_dirs)
+        return
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        yield from pool.map(_collate_one, run_dirs, repeat(system), repeat(topo), repeat(have),
+                            chunksize=max(1, min(8, len(run_dirs) // (4 * workers))))
+
+
+def collate(raw: str | Path, out: str | Path, pseudonymise: Pseudonymiser, workers: int | None = None) -> CollateResult:
+    """Collate the runs of ``raw`` not yet in the dataset at ``out``; the runs' files are read by
+    ``workers`` processes (default: one per usable core)."""
     raw, ds = Path(raw), Dataset(out)
     check_systems(raw, out)
     system = SystemInfo(raw)
@@ -598,21 +633,15 @@ def collate(raw: str | Path, out: str | Path, pseudonymise: Pseudonymiser) -> Co
     run_dirs = sorted(p for p in (raw / RUNS_DIR).iterdir() if p.is_dir()) if (raw / RUNS_DIR).exists() else []
     collected: list[RunData] = []
     bar = Progress("collate: runs", len(run_dirs))
-    for run_dir in run_dirs:
+    for kind, rd in _collate_runs(run_dirs, system, topo, have, workers or usable_cores()):
         bar.step()
-        if not is_complete(run_dir):
-            result.incomplete.append(run_dir.name)
-            continue
-        try:
-            meta = read_manifest(run_dir)
-            if meta["run_id"] in have:
-                result.skipped.append(meta["run_id"])
-                continue
-            rd = collate_run(run_dir, system, topo, meta)
-        except ParseError as exc:
-            result.quarantined.append({**exc.as_dict(), "run_id": run_dir.name, "kind": "run"})
-            continue
-        if isinstance(rd, FailedRun):
+        if kind == "incomplete":
+            result.incomplete.append(rd)
+        elif kind == "skipped":
+            result.skipped.append(rd)
+        elif kind == "quarantined":
+            result.quarantined.append(rd)
+        elif isinstance(rd, FailedRun):
             result.failed.append(rd.as_record())
         else:
             collected.append(rd)
