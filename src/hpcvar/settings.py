@@ -124,6 +124,10 @@ class LightGBMSettings(Settings):
     subsample_freq: int = Field(1, ge=0, description="Resample the windows every this many trees.")
     colsample_bytree: float = Field(0.8, gt=0, le=1, description="Share of features each tree sees.")
     reg_lambda: float = Field(1.0, ge=0, description="L2 regularisation.")
+    max_bin: int = Field(31, ge=2, description="Histogram bins per feature. A grid cell's fold has a few hundred "
+                                               "windows; LightGBM's default (255) is for large data and costs "
+                                               "twice the time here for the same errors "
+                                               "(docs/benchmarks.md#the-main-job-and-the-forecaster).")
 
 
 class LongRunSettings(Settings):
