@@ -12,7 +12,14 @@ revision and on the current working tree, each in a copy of its own with the sam
 * the report's numbers: the text of every table cell of ``report.html``.
 
 Exit status 0 when everything agrees, 1 with a list of the differences otherwise. Each main
-job's wall time and job count are printed as it ends.
+job's wall time and job count are printed as it ends, then both and each job's (from
+Snakemake's log) side by side with their ratio.
+
+``--mape-points P`` compares a change that is allowed to move the models' errors (a model
+setting): forecast and deviation MAPEs (keys and columns named ``mape*``, and the report's
+percentage cells) may differ by up to P percentage points; every other value, the best cells,
+feature sets, rankings, drivers and verdicts among them, must still be the same. The shifts
+within P are counted and the largest is printed.
 
     python benchmarks/compare_main_job.py --before HEAD        # this tree's change against HEAD (~7 min)
     python benchmarks/compare_main_job.py --before d36a4f4 --after 9feb621
@@ -57,6 +64,37 @@ def checkout(rev: str | None, into: Path) -> Path:
     return into
 
 
+def rule_times(log: str) -> dict[str, float]:
+    """Each job's wall time (s) from Snakemake's log: ``rule`` or ``rule[wildcards]`` -> seconds
+    from its start line to its ``Finished jobid`` line (timestamps to the second)."""
+    from datetime import datetime
+
+    started, names, took = {}, {}, {}
+    stamp = None
+    for line in log.splitlines():
+        m = re.match(r"^\[(\w{3} \w{3} +\d+ [\d:]+ \d{4})\]$", line)
+        if m:
+            stamp = datetime.strptime(m.group(1), "%a %b %d %H:%M:%S %Y")
+            continue
+        m = re.match(r"^(?:local)?(?:rule|checkpoint) (\w+):$", line)
+        if m:
+            current = m.group(1)
+            continue
+        m = re.match(r"^\s+jobid: (\d+)$", line)
+        if m and stamp is not None:
+            started[m.group(1)], names[m.group(1)] = stamp, current
+            continue
+        m = re.match(r"^\s+wildcards: (.*)$", line)
+        if m and started:
+            last = list(started)[-1]
+            names[last] = f"{names[last]}[{m.group(1)}]"
+            continue
+        m = re.match(r"^Finished jobid: (\d+)", line)
+        if m and m.group(1) in started and stamp is not None:
+            took[names[m.group(1)]] = (stamp - started[m.group(1)]).total_seconds()
+    return took
+
+
 def main_job(tree: Path) -> Path:
     env = {**os.environ, "PYTHONPATH": str(tree / "src"), "HPCVAR_SALT": SALT}
     env.pop("MLFLOW_TRACKING_URI", None)
@@ -66,12 +104,50 @@ def main_job(tree: Path) -> Path:
     out = subprocess.run([str(snakemake), "--cores", "2"], cwd=tree, env=env, capture_output=True, text=True)
     if out.returncode != 0:
         raise SystemExit(f"the main job failed in {tree}:\n{out.stderr[-3000:]}")
+    wall = time.perf_counter() - t0
     done = re.findall(r"(\d+) of (\d+) steps \(100%\) done", out.stderr)
-    print(f"  {time.perf_counter() - t0:.0f} s wall, {done[-1][1] if done else '?'} jobs", flush=True)
+    print(f"  {wall:.0f} s wall, {done[-1][1] if done else '?'} jobs", flush=True)
+    (tree / "main_job.json").write_text(json.dumps({"wall_s": wall, "rules_s": rule_times(out.stderr)}))
     return tree / "results"
 
 
-def _walk(a, b, where: str, roots: tuple[str, str], out: list[str]) -> None:
+def print_times(before: Path, after: Path) -> None:
+    """Both main jobs' wall times and their ratio, then each job's (from the Snakemake logs)."""
+    b, a = (json.loads((p.parent / "main_job.json").read_text()) for p in (before, after))
+    print(f"{'':34s} {'before':>8s} {'after':>8s} {'ratio':>6s}")
+    print(f"{'main job (wall)':34s} {b['wall_s']:8.0f} {a['wall_s']:8.0f} {a['wall_s'] / b['wall_s']:6.2f}")
+    for name in sorted(set(b["rules_s"]) | set(a["rules_s"])):
+        x, y = b["rules_s"].get(name), a["rules_s"].get(name)
+        ratio = f"{y / x:6.2f}" if x and y else ""
+        print(f"  {name:32s} {x if x is not None else float('nan'):8.0f} {y if y is not None else float('nan'):8.0f} "
+              f"{ratio}")
+
+
+class Tolerance:
+    """MAPEs (fractions in the JSON and CSV files, percentages in the report) allowed to move by
+    ``points`` percentage points; the shifts seen within it."""
+
+    def __init__(self, points: float = 0.0):
+        self.points, self.shifts = points, []
+
+    def allows(self, name: str, a, b, scale: float = 100.0) -> bool:
+        if not self.points or "mape" not in name.lower():
+            return False
+        try:
+            shift = abs(float(a) - float(b)) * scale
+        except (TypeError, ValueError):
+            return False
+        if shift <= self.points:
+            self.shifts.append((shift, name))
+            return True
+        return False
+
+
+PERCENT = re.compile(r"^-?\d+(?:\.\d+)?%$")
+
+
+def _walk(a, b, where: str, roots: tuple[str, str], out: list[str], tol: Tolerance | None = None) -> None:
+    tol = tol or Tolerance()
     if isinstance(a, dict) and isinstance(b, dict):
         for key in sorted(set(a) | set(b)):
             if VOLATILE_KEY.search(str(key)):
@@ -79,16 +155,16 @@ def _walk(a, b, where: str, roots: tuple[str, str], out: list[str]) -> None:
             if key not in a or key not in b:
                 out.append(f"{where}.{key}: only in {'after' if key in b else 'before'}")
             else:
-                _walk(a[key], b[key], f"{where}.{key}", roots, out)
+                _walk(a[key], b[key], f"{where}.{key}", roots, out, tol)
     elif isinstance(a, list) and isinstance(b, list):
         if len(a) != len(b):
             out.append(f"{where}: {len(a)} items before, {len(b)} after")
         for i, (x, y) in enumerate(zip(a, b)):
-            _walk(x, y, f"{where}[{i}]", roots, out)
+            _walk(x, y, f"{where}[{i}]", roots, out, tol)
     else:
         if isinstance(a, str) and isinstance(b, str):
             a, b = HEX32.sub("<id>", a.replace(roots[0], "<root>")), HEX32.sub("<id>", b.replace(roots[1], "<root>"))
-        if a != b:
+        if a != b and not (isinstance(a, float) and isinstance(b, float) and tol.allows(where, a, b)):
             out.append(f"{where}: {a!r} before, {b!r} after")
 
 
@@ -107,7 +183,22 @@ def _cells(report: Path) -> list[str]:
     return [HEX32.sub("<id>", html.unescape(re.sub(r"<[^>]+>", "", c)).strip()) for c in cells]
 
 
-def compare(before: Path, after: Path) -> list[str]:
+def _csv_diffs(name, a: list[list[str]], b: list[list[str]], tol: Tolerance) -> bool:
+    """True when the tables differ beyond ``tol`` (the same shape, cells equal or MAPEs within it)."""
+    if len(a) != len(b) or (a and a[0] != b[0]):
+        return True
+    head = a[0] if a else []
+    for x, y in zip(a[1:], b[1:]):
+        if len(x) != len(y):
+            return True
+        for col, u, v in zip(head, x, y):
+            if u != v and not tol.allows(f"{name}:{col}", u, v):
+                return True
+    return False
+
+
+def compare(before: Path, after: Path, tol: Tolerance | None = None) -> list[str]:
+    tol = tol or Tolerance()
     diffs: list[str] = []
     roots = (str(before.parent), str(after.parent))
     if (before / "summary.txt").read_text() != (after / "summary.txt").read_text():
@@ -118,16 +209,17 @@ def compare(before: Path, after: Path) -> list[str]:
             diffs.append(f"{name}: only {'after' if (after / name).exists() else 'before'}")
             continue
         _walk(json.loads((before / name).read_text()), json.loads((after / name).read_text()), str(name), roots,
-              diffs)
+              diffs, tol)
     for name in sorted({p.relative_to(before) for p in before.glob("analyses/**/*.csv")}
                        | {p.relative_to(after) for p in after.glob("analyses/**/*.csv")}):
         if not (before / name).exists() or not (after / name).exists():
             diffs.append(f"{name}: only {'after' if (after / name).exists() else 'before'}")
-        elif _csv(before / name) != _csv(after / name):
+        elif _csv_diffs(str(name), _csv(before / name), _csv(after / name), tol):
             diffs.append(f"{name}: cells differ")
     a, b = _cells(before / "report.html"), _cells(after / "report.html")
-    if a != b:
-        changed = [i for i, (x, y) in enumerate(zip(a, b)) if x != y]
+    changed = [i for i, (x, y) in enumerate(zip(a, b)) if x != y
+               and not (PERCENT.match(x) and PERCENT.match(y) and tol.allows("report mape cell", x[:-1], y[:-1], 1.0))]
+    if len(a) != len(b) or changed:
         diffs.append(f"report.html: {len(a)} table cells before, {len(b)} after; first differing cells: "
                      + "; ".join(f"{a[i]!r} -> {b[i]!r}" for i in changed[:5]))
     return diffs
@@ -139,6 +231,8 @@ def main(argv=None) -> int:
     ap.add_argument("--after", help="git revision to compare (default: the working tree)")
     ap.add_argument("--results", nargs=2, metavar=("BEFORE", "AFTER"), help="compare two finished results dirs")
     ap.add_argument("--keep", action="store_true", help="keep the two copies (their paths are printed)")
+    ap.add_argument("--mape-points", type=float, default=0.0, metavar="P",
+                    help="let MAPEs differ by up to P percentage points (a change to a model's settings)")
     a = ap.parse_args(argv)
     if a.results:
         before, after = map(Path, a.results)
@@ -146,11 +240,16 @@ def main(argv=None) -> int:
         work = Path(tempfile.mkdtemp(prefix="compare-main-job-"))
         before = main_job(checkout(a.before, (work / "before")))
         after = main_job(checkout(a.after, (work / "after")))
+        print_times(before, after)
     else:
         ap.error("give --before REV (and optionally --after REV) or --results BEFORE AFTER")
-    diffs = compare(before, after)
+    tol = Tolerance(a.mape_points)
+    diffs = compare(before, after, tol)
     for d in diffs:
         print("DIFF", d)
+    if tol.shifts:
+        largest = max(tol.shifts)
+        print(f"{len(tol.shifts)} MAPEs moved within {a.mape_points} points, the largest {largest[0]:.2f} ({largest[1]})")
     print(f"{len(diffs)} differences between {before} and {after}")
     if a.before and not a.keep:
         shutil.rmtree(before.parent.parent, ignore_errors=True)

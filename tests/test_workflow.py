@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from conftest import snakemake
+from conftest import REPO, snakemake
 
 # Lint and the dry run use the checkout's .snakemake/ directory: one at a time, on the main job's worker.
 pytestmark = pytest.mark.xdist_group("main-job")
@@ -169,6 +169,24 @@ def test_main_job_end_to_end(main_job):
     for f in (workdir / "results").rglob("*"):
         if f.is_file() and f.stat().st_size < 50_000_000:
             assert salt.encode() not in f.read_bytes(), f
+    # Each job left Snakemake's benchmark record (results/benchmarks/, what bench_scaling.py
+    # reads): its wall time is the job's span in Snakemake's log (what compare_main_job.py reads,
+    # to the second), its peak memory that of a Python process that imported pandas at least.
+    import csv
+    import sys
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from compare_main_job import rule_times
+
+    spans = rule_times(out.stderr)
+    records = {p.stem: next(csv.DictReader(p.open(), delimiter="\t"))
+               for p in (workdir / "results" / "benchmarks").glob("*.tsv")}
+    assert set(records) == {name.split("=")[-1].rstrip("]") for name in spans} - {"all"}
+    for name, span in spans.items():
+        if name != "all":
+            record = records[name.split("=")[-1].rstrip("]")]
+            assert abs(float(record["s"]) - span) <= 2.0, (name, record["s"], span)
+            assert name == "effective_config" or float(record["max_rss"]) > 50, (name, record["max_rss"])
     # Nothing to do on a second invocation.
     again = snakemake("--cores", "2", cwd=workdir)
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
@@ -258,7 +276,6 @@ def test_readme_order_in_one_checkout_keeps_each_campaigns_raw_files_apart(main_
     needed), then the main job again. The simulated raw directory stays byte for byte what the
     simulator wrote, both datasets collate; a campaign left on the main job's `results` is refused
     at import, naming both systems, and changes nothing."""
-    from conftest import REPO
 
     wd = main_job.workdir
     assert main_job.result.returncode == 0

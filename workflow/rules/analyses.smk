@@ -33,6 +33,8 @@ if config["fan_out"] == "analysis":
             workers=analysis_workers,
         log:
             f"{RESULTS}/logs/{{analysis}}.log",
+        benchmark:
+            f"{RESULTS}/benchmarks/{{analysis}}.tsv",
         threads: analysis_threads
         priority: analysis_priority
         conda:
@@ -58,6 +60,8 @@ else:
             inputs=analysis_inputs,
         log:
             f"{RESULTS}/logs/{{analysis}}/{{dataset}}.log",
+        benchmark:
+            f"{RESULTS}/benchmarks/{{analysis}}/{{dataset}}.tsv",
         priority: analysis_priority
         conda:
             "../envs/hpcvar.yaml"
@@ -77,6 +81,8 @@ else:
             command=fanned_out_command,
         log:
             f"{RESULTS}/logs/{{analysis}}.log",
+        benchmark:
+            f"{RESULTS}/benchmarks/{{analysis}}.tsv",
         conda:
             "../envs/hpcvar.yaml"
         shell:
@@ -97,6 +103,8 @@ rule compare:
         settings=compare_options(),
     log:
         f"{RESULTS}/logs/compare.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/compare.tsv",
     conda:
         "../envs/hpcvar.yaml"
     shell:

@@ -19,6 +19,8 @@ rule campaign_round:
         report=f"{RESULTS}/rounds/{{round}}/reframe-report.json",
     log:
         f"{RESULTS}/logs/round-{{round}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/round-{{round}}.tsv",
     run:
         # A measurement, not a derived file: the ReFrame arguments are read here rather than
         # declared as params, so changing them for later rounds never re-runs a finished round.
@@ -39,6 +41,8 @@ rule import_round:
               if config["campaign"]["ldms"] else ""),
     log:
         f"{RESULTS}/logs/import-{{round}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/import-{{round}}.tsv",
     conda:
         "../envs/hpcvar.yaml"
     shell:

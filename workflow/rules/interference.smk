@@ -16,6 +16,8 @@ if INTERFERENCE["experiment"] and INTERFERENCE["mode"] == "simulate":
             sets=interference_sets(),
         log:
             f"{RESULTS}/logs/interference.log",
+        benchmark:
+            f"{RESULTS}/benchmarks/interference.tsv",
         conda:
             "../envs/hpcvar.yaml"
         shell:
@@ -40,6 +42,8 @@ elif INTERFERENCE["experiment"]:
             salt_file=config["salt_file"],
         log:
             f"{RESULTS}/logs/interference.log",
+        benchmark:
+            f"{RESULTS}/benchmarks/interference.tsv",
         conda:
             "../envs/hpcvar.yaml"
         shell:

@@ -17,6 +17,8 @@ rule effective_config:
         text=yaml.safe_dump(config, sort_keys=False),
     log:
         f"{RESULTS}/logs/effective_config.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/effective_config.tsv",
     conda:
         "../envs/hpcvar.yaml"
     shell:
@@ -52,6 +54,8 @@ rule report:
         salt_file=config["salt_file"],
     log:
         f"{RESULTS}/logs/report.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/report.tsv",
     conda:
         "../envs/hpcvar.yaml"
     shell:

@@ -14,6 +14,8 @@ if config["source"] == "simulate":
             overrides=set_options(config["simulate"]["overrides"]),
         log:
             f"{RESULTS}/logs/simulate.log",
+        benchmark:
+            f"{RESULTS}/benchmarks/simulate.tsv",
         conda:
             "../envs/hpcvar.yaml"
         shell:
