@@ -18,6 +18,8 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -559,18 +561,69 @@ def test_offline_fetch_takes_only_the_mirror(tmp_path, upstream):
     assert not (tmp_path / "src2" / "VERSION").exists()
 
 
-def test_mirror_archives_do_not_depend_on_the_umask(tmp_path, upstream):
-    repo, tagged, _ = upstream
-    sources = _mirror_sources(tmp_path, str(repo), tagged, "0" * 64)
-    made = []
-    for umask in ("022", "077"):
-        out = tmp_path / f"umask{umask}"
-        res = subprocess.run(["sh", "-c", f'umask {umask} && exec sh "$0" --mirror "$1"', str(FETCH), str(out)],
-                             capture_output=True, text=True,
-                             env={**os.environ, "HPCVAR_SOURCES": str(sources), "GIT_CONFIG_GLOBAL": os.devnull})
-        assert res.returncode == 0, res.stderr
-        made.append((out / "fake-1.0.tar.gz").read_bytes())
-    assert made[0] == made[1]
+#: sha256 of the mirror archive of the tree :func:`_fixed_upstream` commits, in fetch.sh's format
+#: (GNU tar 1.34, gzip 1.12). The format changing changes every pin of apps/sources.yaml: re-pin
+#: them (reframe_tests/README.md, "What changes a sum") and then this one.
+FIXED_TREE_SHA256 = "4b16d2e6e19db154267e13a1c63bf816fdab7cfc4c68e6d1ba02dbe62f658ac9"
+
+
+def _fixed_upstream(root: Path) -> tuple[Path, str]:
+    """A repository with a fixed tree: a script, a nested file, a .gitignore (left out of the
+    archive); its commit."""
+    repo = root / "upstream"
+    (repo / "src" / "deep").mkdir(parents=True)
+    git("init", "-q", "-b", "main", cwd=repo)
+    (repo / "VERSION").write_text("1.0\n")
+    (repo / "build.sh").write_text("#!/bin/sh\necho build\n")
+    (repo / "build.sh").chmod(0o755)
+    (repo / "src" / "deep" / "kernel.c").write_text("int kernel(void) { return 42; }\n")
+    (repo / ".gitignore").write_text("*.o\n")
+    git("add", "-A", cwd=repo)
+    git("commit", "-q", "-m", "release 1.0", cwd=repo)
+    return repo, git("rev-parse", "HEAD", cwd=repo)
+
+
+def test_mirror_archives_do_not_depend_on_who_fills_them_or_when(tmp_path):
+    """The same tree gives the pinned archive filled under umask 022 or 077, in UTC or in New
+    York, at another time, and (as root) by another user: nothing of the machine or its user
+    reaches the bytes. (The pins of 2026-11-26 were set before the modes were normalised, and a
+    date alone as mtime was the local time: a site in another timezone got other sums.)"""
+    # World-readable, so that another user can clone it and write beside it.
+    root = Path(tempfile.mkdtemp(prefix="hpcvar-mirror-"))
+    try:
+        root.chmod(0o755)
+        repo, commit = _fixed_upstream(root)
+        sources = _mirror_sources(root, str(repo), commit, FIXED_TREE_SHA256)
+        sources.chmod(0o644)
+        fills = [("022", "UTC", None), ("077", "America/New_York", None)]
+        if os.geteuid() == 0:
+            fills.append(("027", "Asia/Tokyo", "nobody"))
+        made = {}
+        for i, (umask, tz, user) in enumerate(fills):
+            if i:
+                time.sleep(1.1)  # another second: the checkout's mtimes differ
+            out = root / f"fill{i}"
+            command = ["sh", "-c", f'umask {umask} && exec sh "$0" --mirror "$1"', str(FETCH), str(out)]
+            if user:  # the repository and the mirror are the user's own (git refuses one of another owner)
+                out.mkdir()
+                subprocess.run(["chown", "-R", user, str(repo), str(out)], check=True)
+                command = ["setpriv", "--reuid", user, "--regid", "nogroup", "--clear-groups", *command]
+            env = {**os.environ, "HPCVAR_SOURCES": str(sources), "GIT_CONFIG_GLOBAL": os.devnull, "TZ": tz,
+                   "HOME": str(root)}
+            res = subprocess.run(command, capture_output=True, text=True, env=env, cwd=root)
+            assert res.returncode == 0, (umask, tz, user, res.stdout + res.stderr)
+            archive = out / "fake-1.0.tar.gz"
+            made[(umask, tz, user)] = hashlib.sha256(archive.read_bytes()).hexdigest()
+            assert "as pinned" in res.stdout, res.stdout
+        assert set(made.values()) == {FIXED_TREE_SHA256}, made
+        with tarfile.open(root / "fill0" / "fake-1.0.tar.gz") as tar:
+            members = {m.name: m for m in tar.getmembers()}
+        assert sorted(members) == ["fake-1.0", "fake-1.0/VERSION", "fake-1.0/build.sh", "fake-1.0/src",
+                                   "fake-1.0/src/deep", "fake-1.0/src/deep/kernel.c"]
+        assert {m.mtime for m in members.values()} == {1577836800} and {m.uid for m in members.values()} == {0}
+        assert members["fake-1.0/build.sh"].mode == 0o755 and members["fake-1.0/VERSION"].mode == 0o644
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_mirror_mode_refuses_an_incomplete_checkout(tmp_path, upstream):

@@ -9,7 +9,7 @@
 # internet, for air-gapped sites): for every entry with a `mirror` archive name (all apps and
 # their dependencies, or the APPs given), clone the pinned commit (with submodules when the
 # entry says so) and write DIR/<archive> (a tar.gz with one top-level folder named like the
-# archive, reproducible: sorted entries, mtime 2020-01-01, owner 0, modes normalised, gzip -n) and print its
+# archive, reproducible: sorted entries, mtime 2020-01-01 UTC, owner 0, modes normalised, gzip -n) and print its
 # sha256 beside the pinned `mirror_sha256`. Existing archives with the pinned sum are kept.
 #
 # Source mirror (the way Spack mirrors work): when HPCVAR_SOURCE_MIRROR names a directory and
@@ -345,8 +345,11 @@ mirror_one() {  # mirror_one NAME: clone NAME's pinned commit, write its archive
     # A clone that lacks objects (a shallow or partial mirror) checks out with files missing.
     [ -z "$(git -C "$work/$top" status --porcelain)" ] \
         || die "$name: the checkout of $commit_pin is incomplete (git status lists changes): $git_url lacks objects"
-    # Modes normalised too, so the archive does not depend on the umask of whoever fills the mirror.
-    tar --sort=name --mtime=2020-01-01 --owner=0 --group=0 --numeric-owner --mode=go-w,u+rw,a+rX --exclude-vcs \
+    # Nothing of the machine or of whoever fills the mirror reaches the archive: entries sorted by
+    # name, every mtime 2020-01-01T00:00:00Z given as seconds since the epoch (a date alone is
+    # local time: the archive's bytes would follow the timezone), owner 0, modes normalised (not
+    # the umask's), no VCS files, gzip without name and time.
+    tar --sort=name --mtime=@1577836800 --owner=0 --group=0 --numeric-owner --mode=go-w,u+rw,a+rX --exclude-vcs \
         -C "$work" -cf - "$top" | gzip -n >"$out.tmp"
     mv "$out.tmp" "$out"
     actual=$(sha256_of "$out")
