@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-import os
 from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -41,6 +40,7 @@ from hpcvar.parsers.errors import ParseError, TruncatedOutput
 from hpcvar.system import aries, background, linkcounters
 from hpcvar.system.topology import Topology
 from hpcvar.util.anonymise import Pseudonymiser
+from hpcvar.util.cores import usable_cores
 from hpcvar.util.progress import Progress
 
 
@@ -588,10 +588,6 @@ def check_systems(raw: str | Path, out: str | Path, rebuild: bool = False) -> No
     if theirs:
         raise RefusedCollation(Path(out), f"the dataset holds runs of system {', '.join(map(repr, sorted(theirs)))}; "
                                           f"{raw} is system {system.name!r}: collate it into a dataset of its own")
-
-
-def usable_cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def _collate_one(run_dir: Path, system: SystemInfo, topo: Topology, have: set) -> tuple[str, object]:

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
@@ -51,6 +50,7 @@ from hpcvar.data.rawlayout import TRUTH_ORACLE
 from hpcvar.defaults import FORECAST_FEATURE_SETS, FORECAST_GRID, cell_key, feature_groups
 from hpcvar.results import clean
 from hpcvar.results import forecast as results
+from hpcvar.util.cores import usable_cores
 from hpcvar.results._common import MLflowRuns
 from hpcvar.results.forecast import (BestCell, ForecastDataset, ForecastFiles, ForecastParams, ForecastResult, GridRow,
                                      Importance, LongRun)
@@ -218,8 +218,7 @@ def torch_threads(n: int):
 
 def workers_for(settings: ForecastSettings, datasets: int) -> int:
     """Processes for ``datasets`` datasets: ``settings.workers``, or one per usable core."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(settings.workers or cores, datasets))
+    return max(1, min(settings.workers or usable_cores(), datasets))
 
 
 def analyse_all(data: dict, names: list[str], pairs: dict[str, str], settings: ForecastSettings,
