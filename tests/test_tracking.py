@@ -4,6 +4,9 @@ beside the dataset, its runs, metrics and models."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import mlflow
 import numpy as np
@@ -90,3 +93,16 @@ def test_artifacts_go_beside_the_store_not_to_the_working_directory(tmp_path, mo
     assert location == (tmp_path / "results" / "mlartifacts" / "hpcvar-neighbourhood").as_uri()
     assert list((tmp_path / "results" / "mlartifacts").rglob("a.txt"))
     assert not (tmp_path / "mlruns").exists()
+
+
+@pytest.mark.parametrize("preset, expected", [(None, True), ("false", False)])
+def test_mlflow_telemetry_is_off_unless_the_user_allows_it(preset, expected):
+    """Nothing leaves the machine by default: importing hpcvar switches MLflow's own usage
+    telemetry off (as MLflow reads its setting), unless the user set MLFLOW_DISABLE_TELEMETRY."""
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_DISABLE_TELEMETRY"}
+    if preset is not None:
+        env["MLFLOW_DISABLE_TELEMETRY"] = preset
+    code = ("import hpcvar.tracking\nfrom mlflow.environment_variables import MLFLOW_DISABLE_TELEMETRY\n"
+            "print(MLFLOW_DISABLE_TELEMETRY.get())")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == str(expected)

@@ -19,4 +19,11 @@ At the top level: the command line (``cli``, ``__main__``) and configuration (``
 ``defaults``, ``tracking``).
 """
 
+import os as _os
+
 __version__ = "0.1.0"
+
+# MLflow, the analyses' tracking, sends usage telemetry to its makers unless told not to; nothing
+# leaves the machine unless the user says so (MLFLOW_DISABLE_TELEMETRY=false allows it;
+# docs/how-to/privacy.md). Set before any hpcvar module imports mlflow.
+_os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
