@@ -67,9 +67,15 @@ def checkout(rev: str | None, into: Path) -> Path:
 def rule_times(log: str) -> dict[str, float]:
     """Each job's wall time (s) from Snakemake's log: ``rule`` or ``rule[wildcards]`` -> seconds
     from its start line to its ``Finished jobid`` line (timestamps to the second)."""
+    return {name: (end - start).total_seconds() for name, (start, end) in job_spans(log).items()}
+
+
+def job_spans(log: str) -> dict:
+    """Each finished job's (start, end) datetimes from Snakemake's log, by ``rule`` or
+    ``rule[wildcards]``."""
     from datetime import datetime
 
-    started, names, took = {}, {}, {}
+    started, names, spans = {}, {}, {}
     stamp = None
     for line in log.splitlines():
         m = re.match(r"^\[(\w{3} \w{3} +\d+ [\d:]+ \d{4})\]$", line)
@@ -91,8 +97,8 @@ def rule_times(log: str) -> dict[str, float]:
             continue
         m = re.match(r"^Finished jobid: (\d+)", line)
         if m and m.group(1) in started and stamp is not None:
-            took[names[m.group(1)]] = (stamp - started[m.group(1)]).total_seconds()
-    return took
+            spans[names[m.group(1)]] = (started[m.group(1)], stamp)
+    return spans
 
 
 def main_job(tree: Path) -> Path:

@@ -187,6 +187,14 @@ def test_main_job_end_to_end(main_job):
             record = records[name.split("=")[-1].rstrip("]")]
             assert abs(float(record["s"]) - span) <= 2.0, (name, record["s"], span)
             assert name == "effective_config" or float(record["max_rss"]) > 50, (name, record["max_rss"])
+    # The analyses explain reads (deviation, neighbourhood) lie on the longest chain of jobs:
+    # once the forecaster, which takes both cores, is done, they start before the others.
+    from compare_main_job import job_spans
+
+    starts = {name.split("=")[-1].rstrip("]"): start for name, (start, _) in job_spans(out.stderr).items()}
+    for first in ("deviation", "neighbourhood"):
+        for later in ("overview", "distributions", "compare"):
+            assert starts["forecast"] <= starts[first] <= starts[later], (first, later, starts)
     # Nothing to do on a second invocation.
     again = snakemake("--cores", "2", cwd=workdir)
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
@@ -271,7 +279,7 @@ def _snapshot(directory) -> dict[str, str]:
 
 
 def test_readme_order_in_one_checkout_keeps_each_campaigns_raw_files_apart(main_job):
-    """README's order in one workflow directory: the main job, then a real campaign (the
+    """The order of the documentation's getting started and mini-campaign in one workflow directory: the main job, then a real campaign (the
     mini-campaign's shape: source campaign, no raw_dir; on the `local` system, so no cluster is
     needed), then the main job again. The simulated raw directory stays byte for byte what the
     simulator wrote, both datasets collate; a campaign left on the main job's `results` is refused
