@@ -153,3 +153,25 @@ def test_a_user_implicated_only_elsewhere_is_named_only_where_they_shared_a_glob
     # Both kinds occur (seeds 0 and 1: 63 and 81 causes, 12 and 11 of them implicated elsewhere).
     print(checked, named_elsewhere)
     assert checked >= 10 and named_elsewhere >= 1, (checked, named_elsewhere)
+
+
+def test_the_neighbours_share_split_by_user_names_the_planted_culprits(explained):
+    """What the report's first screen draws per dataset: the neighbours' share of the slow runs'
+    excess split by user, largest first, adding up to the neighbours' share; the largest is one of
+    the users the simulator planted as that dataset's culprits."""
+    c, _, result, _ = explained
+    truth = json.loads((c.raw / "truth.json").read_text())["datasets"]
+    pseudo = Pseudonymiser(SALT)
+    checked = 0
+    for name, d in result.datasets.items():
+        shares = {s.category: s.share for s in d.categories}
+        split = d.neighbours_by_user
+        assert sum(u.share for u in split) == pytest.approx(shares.get("neighbours", 0.0), abs=1e-9), name
+        named = [u for u in split if u.user is not None]
+        assert len(named) <= 5 and [u.share for u in named] == sorted((u.share for u in named), reverse=True)
+        assert all(u.user is not None for u in split[:-1]), name  # the rest, if any, comes last
+        if shares.get("neighbours", 0) >= 0.5 and name in truth:
+            culprits = {pseudo.ensure(u) for u in truth[name]["culprits"]}
+            assert named[0].user in culprits, (name, named[0], culprits)
+            checked += 1
+    assert checked >= 3

@@ -241,6 +241,46 @@ def page(main_job):
         browser.close()
 
 
+def check_glance(pg, sec, analyses: Path):
+    """The first screen: one bar per dataset of explain's summary whose pieces are explain's shares
+    of the slow runs' excess time (the neighbours by user), and beside it the regression check's
+    verdicts; the whole of it within the first screen (1280 x 900)."""
+    explain = json.loads((analyses / "explain" / "summary.json").read_text())["datasets"]
+    assert sec.locator(".glance-row").evaluate_all("els => els.map(e => e.dataset.dataset)") == list(explain)
+    totals = {}
+    for name, d in explain.items():
+        segs = sec.locator(f'.glance-row[data-dataset="{name}"] .seg').evaluate_all(
+            "els => els.map(e => [e.dataset.category, parseFloat(e.dataset.seconds), e.title,"
+            " e.getBoundingClientRect().width])")
+        excess = d["slow_excess_s"]
+        cats = {c["category"]: c["share"] * excess for c in d["categories"]}
+        for category in ("network", "placement", "io", "load"):
+            shown = [s for c, s, _, _ in segs if c == category]
+            assert shown == ([pytest.approx(cats[category], abs=0.06)] if cats.get(category, 0) > 0 else []), name
+        users = [(u["user"] or "other users", u["share"] * excess) for u in d["neighbours_by_user"]]
+        shown = [(t.split("neighbours: ")[1].split(",")[0], s) for c, s, t, _ in segs if c == "neighbours"]
+        assert shown == [(u, pytest.approx(v, abs=0.06)) for u, v in users if v > 0], name
+        assert sum(s for _, s in shown) == pytest.approx(cats.get("neighbours", 0), abs=0.5)
+        unexplained = [s for c, s, _, _ in segs if c == "unexplained"]
+        assert unexplained == ([pytest.approx(d["unexplained_share"] * excess, abs=0.06)]
+                               if d["unexplained_share"] else []), name
+        totals[name] = (sum(s for _, s, _, _ in segs), sum(w for *_, w in segs))
+    # Widths are proportional to seconds across the datasets: pixels per second the same on every bar.
+    longest = max(totals, key=lambda n: totals[n][0])
+    scale = totals[longest][1] / totals[longest][0]
+    for name, (seconds, width) in totals.items():
+        assert width == pytest.approx(seconds * scale, abs=len(explain) + 2), name
+    compare = json.loads((analyses / "compare" / "summary.json").read_text())
+    flagged = [(p["test"], p["variable"], p["verdict"]) for p in compare["pairs"] if p["verdict"] != "unchanged"]
+    rows = sec.locator("[data-verdicts] tbody tr").evaluate_all(
+        "els => els.map(r => Array.from(r.cells).slice(0, 3).map(c => c.textContent.trim()))")
+    assert [tuple(r) for r in rows] == flagged and flagged  # the demo's upgrade changed the collectives
+    unchanged = sum(p["verdict"] == "unchanged" for p in compare["pairs"])
+    assert f"{unchanged} unchanged" in sec.locator("[data-verdicts]").inner_text()
+    box = sec.locator("[data-glance]").bounding_box()
+    assert box["y"] >= 0 and box["y"] + box["height"] <= 900, box
+
+
 def test_report_loads_without_errors_and_every_section_has_figures(page, main_job):
     pg, errors = page
     assert errors == []
@@ -254,7 +294,8 @@ def test_report_loads_without_errors_and_every_section_has_figures(page, main_jo
             assert "preset: demo" in text  # the configuration the run used
             continue
         if sid == "findings":
-            # One line per dataset, text only, each linking to evidence that is on the page.
+            check_glance(pg, sec, main_job.results / "analyses")
+            # Below it, one line per dataset, text only, each linking to evidence that is on the page.
             assert sec.locator("figure").count() == 0 and "slowest run took" in sec.inner_text()
             hrefs = sec.locator("a[href^='#']").evaluate_all("els => els.map(e => e.getAttribute('href'))")
             assert hrefs and all(pg.locator(f'[id="{h[1:]}"]').count() == 1 for h in hrefs), hrefs

@@ -51,7 +51,7 @@ from hpcvar.data.dataset import Dataset
 from hpcvar.results import ResultError
 from hpcvar.results.deviation import DeviationResult
 from hpcvar.results.explain import (LABELS, Cause, CategoryShare, CounterEvidence, ExplainDataset, ExplainResult,
-                                    NeighbourEvidence, PlacementEvidence, RunExplanation, StepTime)
+                                    NeighbourEvidence, PlacementEvidence, RunExplanation, StepTime, UserShare)
 from hpcvar.results.neighbourhood import NeighbourhoodDataset, NeighbourhoodResult
 from hpcvar.settings import ExplainSettings
 from hpcvar.util.progress import Progress
@@ -690,7 +690,7 @@ def _findings(name: str, runs: pd.DataFrame, table: pd.DataFrame, explained: dic
     typical = float(runs["total_time_s"].median())
     slow = table[table["slowdown"] >= 1 + s.slow_threshold]
     excess = float(slow["excess_s"].sum())
-    cats, users, counters = {}, {}, {}
+    cats, users, neighbours, counters = {}, {}, {}, {}
     for rid in slow["run_id"]:
         for c in explained[rid].causes:
             cats[c.category] = cats.get(c.category, 0.0) + c.seconds
@@ -698,6 +698,8 @@ def _findings(name: str, runs: pd.DataFrame, table: pd.DataFrame, explained: dic
                 u = users.setdefault(c.user, {"user": c.user, "seconds": 0.0, "runs": 0})
                 u["seconds"] += c.seconds
                 u["runs"] += 1
+            if c.category == "neighbours":
+                neighbours[c.user] = neighbours.get(c.user, 0.0) + c.seconds
             for k in c.counters:
                 v = counters.setdefault(k.counter, {"counter": k.counter, "meaning": k.meaning, "seconds": 0.0})
                 v["seconds"] += k.seconds
@@ -708,6 +710,12 @@ def _findings(name: str, runs: pd.DataFrame, table: pd.DataFrame, explained: dic
     top_counters = sorted(counters.values(), key=lambda k: -k["seconds"])[:5]
     for item in (*top_users, *top_counters):
         item["share"] = item["seconds"] / total
+    # The neighbours' share split by user (the rest of the five largest together): the report's bars.
+    ranked = sorted(((u, v) for u, v in neighbours.items() if u), key=lambda uv: -uv[1])
+    by_user = [UserShare(user=u, share=v / total) for u, v in ranked[:5]]
+    rest = sum(neighbours.values()) - sum(v for _, v in ranked[:5])
+    if rest > 0:
+        by_user.append(UserShare(user=None, share=rest / total))
     fastest, slowest = float(runs["total_time_s"].min()), float(runs["total_time_s"].max())
     unexplained = (float(slow["unexplained_s"].sum()) / excess) if excess > 0 else None
     if not len(slow):
@@ -733,7 +741,7 @@ def _findings(name: str, runs: pd.DataFrame, table: pd.DataFrame, explained: dic
     return ExplainDataset(
         runs=len(runs), typical_s=typical, fastest_s=fastest, slowest_s=slowest, spread=slowest / fastest,
         slow_runs=len(slow), slow_excess_s=excess, categories=shares, unexplained_share=unexplained,
-        top_users=top_users, top_counters=top_counters, finding=finding,
+        top_users=top_users, top_counters=top_counters, neighbours_by_user=by_user, finding=finding,
         slowest=[explained[r] for r in table.sort_values("total_s", ascending=False)["run_id"].head(s.slowest)])
 
 

@@ -86,12 +86,48 @@ def anchor(section: str, title: str) -> str:
 
 
 @dataclass
+class Segment:
+    """One cause's piece of a dataset's bar at a glance: its seconds of the slow runs' excess and
+    its width, in % of the longest bar."""
+
+    category: str  # a Category of explain, or "unexplained" (the colour)
+    label: str
+    seconds: float
+    width: float
+    shade: float = 1.0  # the neighbours' users in lighter shades of their colour, one after another
+
+
+@dataclass
+class GlanceRow:
+    dataset: str
+    segments: list[Segment]
+    note: str
+    target: str  # the anchor of the dataset's findings
+
+
+@dataclass
+class Glance:
+    """The report's first screen: one bar per dataset splitting its slow runs' excess time into the
+    causes explain found (the neighbours by user), and beside it the regression check's verdicts
+    when the campaign has one. Read from the typed results: nothing is computed but the bars'
+    widths."""
+
+    title: str
+    rows: list[GlanceRow]
+    legend: list[tuple[str, str]]  # (category, label)
+    verdicts_title: str = ""
+    verdicts: list[dict] = field(default_factory=list)  # test, variable, verdict, shift
+    unchanged: int = 0
+
+
+@dataclass
 class Section:
     id: str
     title: str
     reading: str = ""
     parts: list[Part] = field(default_factory=list)
     empty: str = ""  # why the section has no data (rendered instead of figures)
+    glance: Glance | None = None
 
     @property
     def figures(self) -> list[Figure]:
@@ -134,6 +170,11 @@ def _counter(name: str) -> str:
 def _r(v: float | None) -> str:
     """A correlation coefficient, or n/a where there was none to compute."""
     return "n/a" if v is None else f"{v:.2f}"
+
+
+def _days(selection: str) -> str:
+    """A date range as the user would write it: whole days without their times."""
+    return re.sub(r"T23:59:59\.9+(\+00:00)?", "", re.sub(r"T00:00:00(\+00:00)?", "", selection))
 
 
 def _pct(v) -> str:
@@ -218,12 +259,55 @@ class Builder:
             if "placement" in cats:
                 links.append(("placement", anchor("placement", name)))
             sec.parts.append(Part(name, reading=text, links=links))
+        sec.glance = self.glance(res, [n for n in res.datasets if n in present])
         sec.reading = ("Per dataset: how far apart its fastest and slowest runs are, and what accounts for the excess "
                        "time of its slow runs (at least "
                        f"{100 * res.params.slow_threshold:.0f}% slower than the typical, median run), summed over "
                        "those runs by `hpcvar explain` from the per-step deviation model and the users alongside. "
                        "Follow the links to the evidence.")
         return sec
+
+    def glance(self, res: ExplainResult, names: list[str]) -> Glance:
+        """The first screen's bars (explain's shares of each dataset's slow runs' excess time) and
+        the regression check's verdicts."""
+        pieces = {}
+        for name in names:
+            d = res.datasets[name]
+            excess = d.slow_excess_s
+            shares = {c.category: c.share for c in d.categories}
+            parts = [("neighbours", f"neighbours: {self.user(u.user) if u.user else 'other users'}", u.share * excess)
+                     for u in d.neighbours_by_user]
+            parts += [(c, LABELS[c], shares[c] * excess) for c in ("network", "placement", "io", "load")
+                      if shares.get(c, 0) > 0]
+            if d.unexplained_share:
+                parts.append(("unexplained", "unexplained", d.unexplained_share * excess))
+            pieces[name] = [p for p in parts if p[2] > 0]
+        # The longest bar fills the track (causes and the unexplained rest may add up to a little
+        # more than the excess: a run's unexplained time is never negative).
+        longest = max((sum(p[2] for p in parts) for parts in pieces.values()), default=0.0) or 1.0
+        rows, seen = [], []
+        for name, parts in pieces.items():
+            d = res.datasets[name]
+            segments = [Segment(c, label, sec, 100 * sec / longest, 1.0 - 0.15 * (i % 3) if c == "neighbours" else 1.0)
+                        for i, (c, label, sec) in enumerate(parts)]
+            seen += [seg.category for seg in segments if seg.category not in seen]
+            note = (f"{d.slow_excess_s:,.0f} s over {d.slow_runs} of {d.runs} runs; slowest {d.spread:.1f}x the "
+                    "fastest" if d.slow_runs else f"no run {100 * res.params.slow_threshold:.0f}% slower than typical")
+            rows.append(GlanceRow(name, segments, note, anchor("findings", name)))
+        order = ["neighbours", "network", "placement", "io", "load", "unexplained"]
+        legend = [(c, LABELS.get(c, c)) for c in order if c in seen]
+        glance = Glance(f"Where the slow runs' time went: their excess over the typical run, by cause "
+                        f"(runs at least {100 * res.params.slow_threshold:.0f}% slower)", rows, legend)
+        compare = self.result(CompareResult)
+        if compare is not None and compare.pairs:
+            b, a = (_days(side.range or side.source) if side else None for side in (compare.before, compare.after))
+            glance.verdicts_title = f"Regression check: {a} against {b}"
+            glance.verdicts = [{"test": p.test, "variable": p.variable, "verdict": p.verdict,
+                                "shift": "" if p.shift_pct is None else f"{p.shift_pct:+.1f}%",
+                                "target": anchor("regression", "All tests")}
+                               for p in compare.pairs if p.verdict != "unchanged"]
+            glance.unchanged = sum(p.verdict == "unchanged" for p in compare.pairs)
+        return glance
 
     def explained(self) -> Section:
         sec = Section("explained", "Slowest runs explained")

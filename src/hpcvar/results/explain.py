@@ -110,6 +110,11 @@ class CategoryShare(Record):
     runs: int  # slow runs whose top cause it is
 
 
+class UserShare(Record):
+    user: str | None  # None: every user beyond the largest five together
+    share: float  # of the slow runs' excess, from causes of category neighbours only
+
+
 class ExplainDataset(Record):
     runs: int
     typical_s: float
@@ -122,6 +127,8 @@ class ExplainDataset(Record):
     unexplained_share: float | None
     top_users: list[dict]  # {user, seconds, share, runs}
     top_counters: list[dict]  # {counter, meaning, seconds, share}
+    # The neighbours' share split by user, largest first (sums to the neighbours' share).
+    neighbours_by_user: list[UserShare] = []
     finding: str  # one sentence: the spread and what explains most of it
     slowest: list[RunExplanation]
 
