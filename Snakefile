@@ -1,5 +1,5 @@
 # hpcvar: performance-variability campaigns. The rules live in workflow/rules/; configuration is
-# config/config.yaml, validated against workflow/schemas/config.schema.yaml (see config/README.md).
+# config/config.yaml, validated against workflow/schemas/config.schema.yaml (see docs/reference/configuration.md).
 
 configfile: "config/config.yaml"
 

@@ -22,7 +22,7 @@ PY=${PYTHON:-python3}
 .venv/bin/python -m pip install -q --upgrade pip
 # torch first and exactly pinned: the CPU build of 2.13.0 is what the machines provide.
 .venv/bin/python -m pip install -q "torch==2.13.0"
-.venv/bin/python -m pip install -q -e ".[test]"
+.venv/bin/python -m pip install -q -e ".[test,docs]"
 # Snakemake profiles: `snakemake --profile slurm` looks in ~/.config/snakemake/ (and the current
 # directory); link ours there unless the user already has a profile of that name.
 profiles_dir="${XDG_CONFIG_HOME:-$HOME/.config}/snakemake"

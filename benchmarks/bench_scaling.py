@@ -1,7 +1,7 @@
 """How the main job's cost grows with the campaign: each step at 1x, 4x and 16x the demo's runs.
 
-Runs README's main job (`snakemake --cores 2`) in a copy of the working tree at each scale: the
-demo preset with `days` multiplied (15 days is 1x: about 190 runs, and the LDMS rows grow with
+Runs the main job (`snakemake --cores 2`, docs/getting-started/main-job.md) in a copy of the
+working tree at each scale: the demo preset with `days` multiplied (15 days is 1x: about 190 runs, and the LDMS rows grow with
 them), and reads what Snakemake's `benchmark:` files recorded for every job (wall seconds, peak
 memory of the job's processes). Prints, per step and scale, the seconds, the seconds per run and
 the peak memory, and draws them on log-log axes (`scaling.png` in --out). Flat or falling

@@ -1,5 +1,5 @@
 """A campaign with a known cause on the emulated cluster: what was planted against what the
-analyses found (README, "A campaign with a known cause").
+analyses found (docs/tutorials/known-cause.md).
 
 Runs ``config/campaign-testbed.yaml`` end to end (``snakemake --profile profiles/local-slurm``) in
 a work directory, or reads a finished one (``--results``), and prints, per dataset: the spread

@@ -563,7 +563,7 @@ def test_offline_fetch_takes_only_the_mirror(tmp_path, upstream):
 
 #: sha256 of the mirror archive of the tree :func:`_fixed_upstream` commits, in fetch.sh's format
 #: (GNU tar 1.34, gzip 1.12). The format changing changes every pin of apps/sources.yaml: re-pin
-#: them (reframe_tests/README.md, "What changes a sum") and then this one.
+#: them (docs/how-to/source-mirrors.md, "What changes a sum") and then this one.
 FIXED_TREE_SHA256 = "4b16d2e6e19db154267e13a1c63bf816fdab7cfc4c68e6d1ba02dbe62f658ac9"
 
 

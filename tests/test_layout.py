@@ -1,4 +1,4 @@
-"""The package's layers (README, "Where things live"): the real-data path (parsers, collation,
+"""The package's layers (docs/reference/layout.md, "The layers"): the real-data path (parsers, collation,
 campaign, analyses, report) never loads the simulator, and the simulator never loads the
 analyses; what they share lives in modules of its own (data.rawlayout, experiments, defaults).
 Below every stage: the helpers (util), the data model (data) and the system model (system)."""

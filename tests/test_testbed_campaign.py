@@ -37,7 +37,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.whole_machine]
 #: slows a quiet run: here 20 Mbit/s each way (50 left 30 Mbit/s, 1.7x) and a drop to 15 Mbit/s
 #: (3.3x). (With the full campaign's 30 Mbit/s culprit and a drop to 20, both leave 20 Mbit/s:
 #: the windows overlapped and the verdict was "unchanged" here; the full campaign's 40 rounds keep
-#: the 30 Mbit/s culprit and drop to 15: README.) The balanced design puts the culprit in three
+#: the 30 Mbit/s culprit and drop to 15: docs/tutorials/known-cause.md.) The balanced design puts the culprit in three
 #: rounds a side.
 ROUNDS, UPGRADE, DROPPED, CULPRIT_RATE = 12, 7, "15mbit", "20M"
 WINDOW = UPGRADE - 1

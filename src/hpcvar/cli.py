@@ -463,7 +463,58 @@ def yaml_dump(doc) -> str:
     return yaml.safe_dump(doc, sort_keys=False)
 
 
+#: The documentation page (under docs/) that explains each command; a subcommand without an entry
+#: of its own is explained on its command's page. Each command's --help ends with it, and the
+#: command-line reference (docs/reference/cli.md, python -m hpcvar.docpages) links it.
+DOCS = {
+    (): "index.md",
+    ("simulate",): "explanation/simulator.md",
+    ("collate",): "how-to/bring-your-own-data.md",
+    ("inspect",): "how-to/inspect.md",
+    ("summary",): "getting-started/main-job.md",
+    ("overview",): "explanation/method.md#overview",
+    ("neighbourhood",): "explanation/method.md#neighbourhood",
+    ("deviation",): "explanation/method.md#deviation",
+    ("forecast",): "explanation/method.md#forecast",
+    ("distributions",): "explanation/method.md#distributions",
+    ("compare",): "tutorials/upgrade-check.md",
+    ("explain",): "tutorials/explain-a-run.md",
+    ("assemble",): "explanation/method.md#the-analyses-and-their-jobs",
+    ("report",): "getting-started/report.md",
+    ("import-neighbourhood",): "how-to/bring-your-own-data.md",
+    ("import-reframe",): "how-to/bring-your-own-data.md",
+    ("sample",): "counters.md",
+    ("schema",): "dataset.md",
+    ("campaign",): "how-to/suite-on-your-cluster.md",
+    ("containers",): "how-to/containers.md",
+    ("dev",): "testbed.md",
+    ("interference",): "how-to/interference.md",
+}
+
+
+def docs_page(path: tuple[str, ...]) -> str:
+    """The page (relative to docs/) explaining the command ``hpcvar *path``: its own, else its
+    parent command's."""
+    while path not in DOCS:
+        path = path[:-1]
+    return DOCS[path]
+
+
+def _add_epilogs(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Each command's --help ends with the page that explains it."""
+    from hpcvar.docpages import commands
+
+    parser.epilog = f"Documentation: docs/{DOCS[()]}; every command: docs/reference/cli.md"
+    for path, sub, _ in commands(parser):
+        sub.epilog = f"Documentation: docs/{docs_page(path)}"
+    return parser
+
+
 def build_parser() -> argparse.ArgumentParser:
+    return _add_epilogs(_commands())
+
+
+def _commands() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hpcvar", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
 
@@ -475,7 +526,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override a preset field, e.g. --set days=30 (repeatable)")
     s.set_defaults(func=cmd_simulate)
 
-    s = sub.add_parser("collate", help="parse a raw campaign directory into the tidy Parquet dataset")
+    s = sub.add_parser("collate", help="parse a raw campaign directory into the tidy Parquet dataset",
+                       description="Parse a raw campaign directory (docs/raw-layout.md) into the tidy Parquet "
+                                   "dataset (docs/dataset.md). Runs already in the dataset are skipped, so re-running "
+                                   "is safe and a new round is appended without rewriting what was collated "
+                                   "(OUT/collated.json records what each collation added). A bad file (truncated, "
+                                   "malformed, wrong format) is reported with file and line, its run is set aside "
+                                   "in OUT/quarantine.jsonl, and the rest collates.")
     s.add_argument("raw", help="raw campaign directory (system.yaml, runs/, ldms/, perflogs/)")
     s.add_argument("--out", required=True, help="dataset directory (appended to, never rewritten)")
     s.add_argument("--salt-file", default=".hpcvar-salt", help="salt for user pseudonyms (created if absent)")
@@ -489,7 +546,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "the same at any count)")
     s.set_defaults(func=cmd_collate)
 
-    s = sub.add_parser("inspect", help="detect, parse and describe raw files (or show the error)")
+    s = sub.add_parser("inspect", help="detect, parse and describe raw files (or show the error)",
+                       description="Which format is each file, does hpcvar read it, and what is in it: check in "
+                                   "seconds whether hpcvar reads your system's files. A dataset directory is "
+                                   "described (runs, time span, rows per table). Exit 1 when any file could not be "
+                                   "read; the error names the file and line, and for sacct output the missing "
+                                   "field.")
     s.add_argument("files", nargs="+")
     s.add_argument("--json", action="store_true", help="machine-readable output")
     s.set_defaults(func=cmd_inspect)
@@ -626,8 +688,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("import-reframe", help="turn ReFrame run reports into raw campaign run directories",
                        description="Each campaign test case of the JSON run reports (ReFrame's --report-file, "
-                                   "results/reframe/reports/) becomes runs/<run_id>/ under RAW with its files and "
-                                   "a manifest written last; runs already imported are left alone.")
+                                   "results/reframe/reports/) becomes runs/<run_id>/ under RAW with its files, "
+                                   "sacct of its job's window and, with --ldms, its window of the LDMS store (kept "
+                                   "in the run directory, so pruning the store later loses nothing), and a manifest "
+                                   "written last; runs already imported are left alone.")
     s.add_argument("reports", nargs="+", help="ReFrame JSON run reports")
     s.add_argument("--raw", required=True, help="raw campaign directory to add runs to")
     s.add_argument("--topology", help="the site's node -> router -> group map (CSV, YAML or Slurm topology.conf); "
@@ -707,8 +771,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="One definition per image (containers/images.yaml): built here from the package "
                                    "registry with mmdebstrap and Charliecloud into an image store (an image directory, "
                                    "a single-file SquashFS image and a record with both sha256 digests); the Apptainer "
-                                   "recipes containers/NAME.def are generated from the same definitions. "
-                                   "See containers/README.md.")
+                                   "recipes containers/NAME.def are generated from the same definitions.")
     cont = s.add_subparsers(dest="action", required=True)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--store", help="image store (default $HPCVAR_IMAGES or results/images)")
@@ -746,8 +809,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="A real Slurm cluster on this host from Debian's packages: munged, MariaDB, "
                                    "slurmdbd, slurmctld, slurmd; one node, or with --nodes N --groups G N nodes in "
                                    "network namespaces wired as a dragonfly with shaped links. State in "
-                                   "$HPCVAR_SLURM_DIR (default /var/tmp/hpcvar-slurm). See docs/slurm-dev-cluster.md "
-                                   "and docs/testbed.md.")
+                                   "$HPCVAR_SLURM_DIR (default /var/tmp/hpcvar-slurm). Single node: "
+                                   "docs/slurm-dev-cluster.md.")
     s.add_argument("action", choices=["up", "down", "status", "routing"])
     s.add_argument("--dir", help="state directory (default $HPCVAR_SLURM_DIR or /var/tmp/hpcvar-slurm)")
     s.add_argument("--nodes", type=int, help="up: that many nodes in network namespaces, wired as a dragonfly "

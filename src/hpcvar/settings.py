@@ -441,38 +441,12 @@ GENERATED = {"workflow/schemas/settings.schema.yaml": schema_text, "docs/setting
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hpcvar.settings", description=__doc__.split("\n")[0])
-    parser.add_argument("--write", action="store_true", help="rewrite the generated files in --root")
-    parser.add_argument("--root", default=".", help="the repository (default: the current directory)")
-    args = parser.parse_args(argv)
-    # The sections are the registry's: which analyses exist is said there alone. (This entry point
-    # runs above every layer, as the CLI does; nothing else here imports upwards.)
-    from hpcvar.analyses.registry import SETTINGS
+    """``python -m hpcvar.settings [--write]``: the same as ``python -m hpcvar.docpages``, which
+    checks (or rewrites) these files with the documentation's other generated pages."""
+    from hpcvar.docpages import main as docpages_main
 
-    stale = []
-    for rel, make in GENERATED.items():
-        path = Path(args.root) / rel
-        text = make(SETTINGS)
-        if not path.is_file() or path.read_text() != text:
-            stale.append(rel)
-            if args.write:
-                path.write_text(text)
-    if args.write:
-        print(f"rewrote {', '.join(stale)}" if stale else "generated files were up to date")
-        return 0
-    for rel in stale:
-        print(f"{rel}: out of date; run python -m hpcvar.settings --write", file=sys.stderr)
-    return 1 if stale else 0
+    return docpages_main(argv)
 
 
 if __name__ == "__main__":
-    # Run the imported module's main, not this __main__ copy's: the registry's settings classes are
-    # those of hpcvar.settings, and the schema recognises nested settings by their class.
-    from hpcvar.settings import main as imported_main
-
-    sys.exit(imported_main())
-
-
-__all__ = ["CompareSettings", "DeviationSettings", "DistributionsSettings", "ExplainSettings", "ForecastSettings",
-           "LightGBMSettings", "NeighbourhoodSettings", "OverviewSettings", "Settings", "SettingsError", "add_options", "from_options",
-           "markdown", "model_schema", "schema_document", "section_key"]
+    sys.exit(main())

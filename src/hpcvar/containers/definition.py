@@ -259,7 +259,7 @@ def apptainer_recipe(defs: Definitions, image: Image) -> str:
 # not this file (tests/test_containers.py fails when the two disagree).
 # {image.description}; tests: {', '.join(image.tests)}.
 # Build from the root of the hpcvar repository (the %files paths are relative to it), Apptainer >= 1.1:
-{mirror_note}# Run under Slurm, the host launching the ranks (containers/README.md, the hybrid model):
+{mirror_note}# Run under Slurm, the host launching the ranks (docs/how-to/containers.md, "How the ranks start"):
 #     srun --mpi=pmix apptainer exec {image.name}.sif {image.executable(image.executables[0])} ...
 
 Bootstrap: docker
