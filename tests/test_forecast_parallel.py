@@ -5,6 +5,8 @@ per seed) shadows conftest's, the small demo campaign this test wants."""
 
 from __future__ import annotations
 
+import shutil
+
 import pandas as pd
 import pytest
 
@@ -30,3 +32,44 @@ def test_datasets_spread_over_processes_forecast_as_in_one(campaign, tmp_path):
         pd.testing.assert_frame_equal(a, b, check_exact=True)
         assert one.datasets[name].best == two.datasets[name].best
         assert one.datasets[name].importance == two.datasets[name].importance
+
+
+@pytest.mark.slow
+def test_each_dataset_is_logged_as_it_is_done_and_a_failure_leaves_no_run(campaign, tmp_path):
+    """The parent logs each dataset to MLflow while the other process still computes; when one
+    dataset fails, the job fails and the runs it had logged (and their nested runs) are deleted, so
+    the store holds only what finished jobs logged and a re-run does not log a dataset twice."""
+    import mlflow
+    from mlflow.entities import ViewType
+
+    c = campaign("demo", 3, 2)
+    dataset = tmp_path / "dataset"  # a store of this test's own beside it
+    shutil.copytree(c.dataset, dataset)
+    cfg = {"ensemble": 1, "max_epochs": 4, "patience": 2, "feature_sets": ["job"], "workers": 2,
+           "grid": {"amg": {"m": [3], "k": [5]}, "milc": {"m": [10], "k": [20]}, "umt": {"m": [2], "k": [2]},
+                    "minivite": {"m": [2], "k": [1]}}, "importance_repeats": 1}
+    real = forecast.analyse
+
+    def failing(data, name, *args, **kwargs):
+        if name.startswith("umt"):  # the smallest dataset: it starts after others are done
+            raise RuntimeError(f"planted failure in {name}")
+        return real(data, name, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("MLFLOW_TRACKING_URI", raising=False)
+        mp.chdir(tmp_path)
+        mp.setattr(forecast, "analyse", failing)
+        with pytest.raises(RuntimeError, match="planted failure in umt"):
+            forecast.run(dataset, tmp_path / "out", cfg)
+        client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+        exp = client.get_experiment_by_name("hpcvar-forecast")
+        deleted = client.search_runs([exp.experiment_id], run_view_type=ViewType.DELETED_ONLY, max_results=50_000)
+        active = client.search_runs([exp.experiment_id], run_view_type=ViewType.ACTIVE_ONLY, max_results=50_000)
+        parents = [r for r in deleted if "mlflow.parentRunId" not in r.data.tags]
+        # Datasets were logged before the failure, parents and nested runs, and none is left.
+        assert parents and len(deleted) > len(parents) and active == []
+        mp.setattr(forecast, "analyse", real)
+        result = forecast.run(dataset, tmp_path / "out", cfg)
+    active = client.search_runs([exp.experiment_id], run_view_type=ViewType.ACTIVE_ONLY, max_results=50_000)
+    parents = [r for r in active if "mlflow.parentRunId" not in r.data.tags]
+    assert sorted(r.data.tags["hpcvar.dataset"] for r in parents) == sorted(result.datasets)

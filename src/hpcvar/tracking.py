@@ -72,6 +72,17 @@ def session(analysis: str, dataset_dir: str | Path):
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+def delete_runs(run_ids: list[str]) -> None:
+    """Delete runs and their nested runs (MLflow's deleted state: hidden, restorable until the
+    store is garbage-collected) in the active session's store."""
+    client = mlflow.MlflowClient()
+    for run_id in run_ids:
+        experiment = client.get_run(run_id).info.experiment_id
+        for child in client.search_runs([experiment], f"tags.mlflow.parentRunId = '{run_id}'", max_results=50_000):
+            client.delete_run(child.info.run_id)
+        client.delete_run(run_id)
+
+
 def log_dataset(df: pd.DataFrame, source: str | Path, name: str, context: str = "training") -> None:
     """Log ``df`` as the active run's input dataset (``mlflow.data``), sourced from a local path.
 

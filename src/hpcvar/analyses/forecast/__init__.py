@@ -33,7 +33,8 @@ from __future__ import annotations
 import json
 import multiprocessing
 import sys
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -222,14 +223,21 @@ def workers_for(settings: ForecastSettings, datasets: int) -> int:
 
 
 def analyse_all(data: dict, names: list[str], pairs: dict[str, str], settings: ForecastSettings,
-                oracle: pd.Series | None, out_dir: Path) -> dict[str, DatasetResult]:
+                oracle: pd.Series | None, out_dir: Path,
+                done: Callable[[str, DatasetResult], None] | None = None) -> dict[str, DatasetResult]:
     """:func:`analyse` of every dataset, spread over :func:`workers_for` processes (each gets its
     dataset's rows only, and forecasts it exactly as one process alone would); in ``names``'
-    order."""
+    order. ``done(name, result)`` is called in this process as each dataset's result arrives,
+    while the others are still being computed (the forecaster logs each to MLflow then)."""
+    done = done or (lambda name, result: None)
     workers = workers_for(settings, len(names))
     if workers == 1:
+        results = {}
         with torch_threads(settings.threads):
-            return {name: analyse(data, name, settings, oracle, out_dir / name, pairs.get(name)) for name in names}
+            for name in names:
+                results[name] = analyse(data, name, settings, oracle, out_dir / name, pairs.get(name))
+                done(name, results[name])
+        return results
     # The largest datasets first, so that the last one to finish is a small one.
     size = data["runs"].groupby("dataset")["num_steps"].sum()
     order = sorted(names, key=lambda n: -size.get(n, 0))
@@ -242,9 +250,13 @@ def analyse_all(data: dict, names: list[str], pairs: dict[str, str], settings: F
             part = common.subset(data, mine)
             ids = set(part["runs"]["run_id"])
             part_oracle = oracle[oracle.index.get_level_values(0).isin(ids)] if oracle is not None else None
-            futures[name] = pool.submit(_analyse_in_worker, part, name, settings, part_oracle, out_dir / name,
-                                        pairs.get(name))
-        return {name: futures[name].result() for name in names}
+            futures[pool.submit(_analyse_in_worker, part, name, settings, part_oracle, out_dir / name,
+                                pairs.get(name))] = name
+        results = {}
+        for future in as_completed(futures):
+            results[futures[future]] = future.result()
+            done(futures[future], results[futures[future]])
+        return {name: results[name] for name in names}
 
 
 def _analyse_in_worker(data, name, settings, oracle, out, long_name) -> DatasetResult:
@@ -268,17 +280,31 @@ def run(dataset_dir: str | Path, out_dir: str | Path, config: ForecastSettings |
         notes.append(f"no oracle: {Path(truth).with_name(TRUTH_ORACLE)} not found")
     # One dataset's part (with its long run, if it trains one): the notes stay the campaign's.
     names = [n for n in names if only is None or n == only]
-    results = analyse_all(data, names, pairs, settings, oracle, out_dir)
     grid = {app: cell.as_dict() for app, cell in settings.grid.items()}
     params = {"grid": json.dumps({a: grid[a] for a in sorted(grid)}), "folds": settings.folds,
               "max_epochs": settings.max_epochs, "patience": settings.patience, "seed": settings.seed,
               "hidden": settings.hidden, "lr": settings.lr, "val_fraction": settings.val_fraction,
               "ensemble": settings.ensemble,
               "long_run": cell_key(settings.long_run_m, settings.long_run_k)}
-    # Everything is computed before the store's lock is taken: other analyses wait on it.
+
+    def log(name: str, res: DatasetResult) -> None:
+        # Each dataset is logged as soon as it is computed, while the other processes still
+        # compute theirs; the store's lock is held only while logging (other analyses wait on it).
+        with tracking.session("forecast", dataset_dir) as experiment:
+            res.summary.mlflow = outputs.log_dataset(res, experiment, dataset_dir, params)
+
+    logged: list[DatasetResult] = []
+    try:
+        results = analyse_all(data, names, pairs, settings, oracle, out_dir,
+                              done=lambda name, res: (log(name, res), logged.append(res)))
+    except BaseException:
+        # A dataset failed: the runs of those already logged go (MLflow's deleted state), so that
+        # the store holds what a finished job logged and a re-run does not log them twice.
+        with tracking.session("forecast", dataset_dir):
+            tracking.delete_runs([res.summary.mlflow.run_id for res in logged])
+        raise
     with tracking.session("forecast", dataset_dir) as experiment_id:
-        for res in results.values():
-            res.summary.mlflow = outputs.log_dataset(res, experiment_id, dataset_dir, params)
+        pass  # the experiment's id (created here when there was nothing to log)
     for name, res in results.items():
         if truth_doc is not None and name in truth_doc.get("datasets", {}):
             res.summary.oracle_mape_truth = clean(truth_doc["datasets"][name].get("oracle_mape"))
