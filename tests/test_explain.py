@@ -175,3 +175,14 @@ def test_the_neighbours_share_split_by_user_names_the_planted_culprits(explained
             assert named[0].user in culprits, (name, named[0], culprits)
             checked += 1
     assert checked >= 3
+
+
+def test_a_dataset_explained_alone_is_explained_as_among_all(explained, tmp_path):
+    """The fixture's explain spread the datasets over processes (workers: one per usable core);
+    one dataset explained alone, in one process, gives the same findings and the same runs table."""
+    c, out, result, tables = explained
+    name = "milc-128"
+    alone = explain.run(c.dataset, tmp_path, {"workers": 1}, analyses_dir=out, only=name)
+    assert alone.datasets[name] == result.datasets[name]
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / alone.datasets[name].runs_table(name), dtype={"top_user": str}),
+                                  tables[name])

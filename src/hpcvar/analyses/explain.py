@@ -39,8 +39,10 @@ groups than the dataset's fewest.
 from __future__ import annotations
 
 import difflib
+import multiprocessing
 import re
 import sys
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -54,6 +56,7 @@ from hpcvar.results.explain import (LABELS, Cause, CategoryShare, CounterEvidenc
                                     NeighbourEvidence, PlacementEvidence, RunExplanation, StepTime, UserShare)
 from hpcvar.results.neighbourhood import NeighbourhoodDataset, NeighbourhoodResult
 from hpcvar.settings import ExplainSettings
+from hpcvar.util.cores import usable_cores
 from hpcvar.util.progress import Progress
 
 #: The placement columns of the attribution model.
@@ -747,38 +750,70 @@ def _findings(name: str, runs: pd.DataFrame, table: pd.DataFrame, explained: dic
 
 
 
+def explain_dataset(ctx: Context, name: str, out_dir: Path, bar: Progress) -> ExplainDataset | None:
+    """Every run of one dataset explained: ``out_dir/<dataset>/runs.csv``, the slowest runs'
+    figures, and the dataset's findings (None: fewer than two runs)."""
+    runs = ctx.dataset_runs(name)
+    if len(runs) < 2:
+        bar.step(len(runs))
+        return None
+    explained, rows = {}, []
+    for rid in runs["run_id"]:
+        bar.step()
+        e = explain_run(ctx, rid, with_steps=False)
+        explained[rid] = e
+        top = e.causes[0] if e.causes else None
+        rows.append({"run_id": rid, "total_s": e.total_s, "slowdown": e.slowdown, "excess_s": e.excess_s,
+                     "top_category": e.top_category, "top_user": e.top_user,
+                     "top_share": top.share if top else 0.0, "unexplained_s": e.unexplained_s,
+                     "unexplained_share": e.unexplained_share, "basis": e.basis, "headline": e.headline})
+    table = pd.DataFrame(rows)
+    (out_dir / name).mkdir(parents=True, exist_ok=True)
+    table.to_csv(out_dir / ExplainDataset.runs_table(name), index=False)
+    for rid in table.sort_values("total_s", ascending=False)["run_id"].head(ctx.settings.slowest):
+        explained[rid] = explain_run(ctx, rid)  # in full, with the step times for the figure
+        if explained[rid].step_times:
+            step_figure(explained[rid], out_dir / ExplainDataset.step_figure(name, rid))
+    return _findings(name, runs, table, explained, ctx.settings)
+
+
+#: The context the worker processes of :func:`run` explain with (inherited when they fork).
+_WORKER_CONTEXT: Context | None = None
+
+
+def _explain_in_worker(name: str, out_dir: Path, runs: int) -> ExplainDataset | None:
+    return explain_dataset(_WORKER_CONTEXT, name, out_dir, Progress(f"explain {name}", runs, every_s=5.0))
+
+
 def run(dataset_dir: str | Path, out_dir: str | Path, config: dict | ExplainSettings | None = None,
         analyses_dir: str | Path | None = None, only: str | None = None) -> ExplainResult:
     """Every run of every dataset explained: ``out_dir/<dataset>/runs.csv`` (one line per run) and
-    ``summary.json`` (per dataset, the findings and the slowest runs explained in full)."""
+    ``summary.json`` (per dataset, the findings and the slowest runs explained in full). The
+    datasets are spread over ``workers`` processes (default: one per usable core), each explained
+    exactly as in one process."""
+    global _WORKER_CONTEXT
     ctx = Context(dataset_dir, analyses_dir, config)
     out_dir = Path(out_dir)
-    datasets = {}
     names = sorted(d for d in ctx.runs["dataset"].unique() if only is None or d == only)
-    bar = Progress("explain", int(ctx.runs["dataset"].isin(names).sum()))
-    for name in names:
-        runs = ctx.dataset_runs(name)
-        if len(runs) < 2:
-            continue
-        explained, rows = {}, []
-        for rid in runs["run_id"]:
-            bar.step()
-            e = explain_run(ctx, rid, with_steps=False)
-            explained[rid] = e
-            top = e.causes[0] if e.causes else None
-            rows.append({"run_id": rid, "total_s": e.total_s, "slowdown": e.slowdown, "excess_s": e.excess_s,
-                         "top_category": e.top_category, "top_user": e.top_user,
-                         "top_share": top.share if top else 0.0, "unexplained_s": e.unexplained_s,
-                         "unexplained_share": e.unexplained_share, "basis": e.basis, "headline": e.headline})
-        table = pd.DataFrame(rows)
-        (out_dir / name).mkdir(parents=True, exist_ok=True)
-        table.to_csv(out_dir / ExplainDataset.runs_table(name), index=False)
-        for rid in table.sort_values("total_s", ascending=False)["run_id"].head(ctx.settings.slowest):
-            explained[rid] = explain_run(ctx, rid)  # in full, with the step times for the figure
-            if explained[rid].step_times:
-                step_figure(explained[rid], out_dir / ExplainDataset.step_figure(name, rid))
-        datasets[name] = _findings(name, runs, table, explained, ctx.settings)
-        print(f"explain: {datasets[name].finding}", file=sys.stderr, flush=True)
+    sizes = ctx.runs["dataset"].value_counts()
+    workers = max(1, min(ctx.settings.workers or usable_cores(), len(names)))
+    if workers == 1:
+        bar = Progress("explain", int(sizes.reindex(names).fillna(0).sum()))
+        found = {name: explain_dataset(ctx, name, out_dir, bar) for name in names}
+    else:
+        print(f"explain: {len(names)} datasets over {workers} processes", file=sys.stderr, flush=True)
+        _WORKER_CONTEXT = ctx
+        try:
+            with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork")) as pool:
+                # The datasets with the most runs first, so that the last one to finish is a small one.
+                futures = {name: pool.submit(_explain_in_worker, name, out_dir, int(sizes.get(name, 0)))
+                           for name in sorted(names, key=lambda n: -sizes.get(n, 0))}
+                found = {name: futures[name].result() for name in names}
+        finally:
+            _WORKER_CONTEXT = None
+    datasets = {name: d for name, d in found.items() if d is not None}
+    for d in datasets.values():
+        print(f"explain: {d.finding}", file=sys.stderr, flush=True)
     result = ExplainResult(params=ctx.settings, datasets=datasets, missing=ctx.missing)
     result.write(out_dir, only)
     return result

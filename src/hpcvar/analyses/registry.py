@@ -41,7 +41,8 @@ class Analysis:
     #: so it runs as one job over the campaign.
     per_dataset: bool = True
     #: It spreads its datasets over processes (its ``workers`` setting): the workflow gives its job
-    #: every core and starts it first, the longest of the analyses.
+    #: every core and, once its inputs are there, starts it before the others (the forecaster, the
+    #: longest analysis, and explain, the last one).
     spreads: bool = False
 
     @property
@@ -67,7 +68,7 @@ ANALYSES: dict[str, Analysis] = {a.name: a for a in (
     Analysis("distributions", "PDFs/CDFs, modes (dip test) and cycle minima of step times and latencies (Confidence)",
              DistributionsSettings, "DistributionsResult"),
     Analysis("explain", "why was this run slow? its slowdown split into causes, with the evidence", ExplainSettings,
-             "ExplainResult", reads=("deviation", "neighbourhood"), tracked=False),
+             "ExplainResult", reads=("deviation", "neighbourhood"), tracked=False, spreads=True),
 )}
 
 #: Every section of settings by name, in report order: the analyses', then the regression check's
