@@ -223,8 +223,9 @@ class ExplainSettings(Settings):
                                                        "alongside is positive at this significance.")
     min_share: float = Field(0.25, ge=0, le=1, description="The top cause must account for this share of a run's "
                                                            "excess time; below it the run has no clear cause.")
-    workers: int = Field(0, ge=0, description="Processes the datasets are spread over (each explained as alone); "
-                                              "0: one per core this process may use, at most one per dataset.")
+    workers: int = Field(0, ge=0,
+                         description="Processes the datasets are spread over (each explained as alone); 0: one per "
+                                     "core this process may use, at most one per dataset.")
 
 
 class DistributionsSettings(Settings):

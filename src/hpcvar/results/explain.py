@@ -6,6 +6,8 @@ from __future__ import annotations
 import typing
 from typing import Literal
 
+from pydantic import field_serializer
+
 from hpcvar.results import Record, Result
 from hpcvar.settings import ExplainSettings
 
@@ -149,3 +151,9 @@ class ExplainResult(Result):
     params: ExplainSettings
     datasets: dict[str, ExplainDataset]
     missing: list[str]  # analyses that were not there to build on
+
+    @field_serializer("params")
+    def _params(self, params: ExplainSettings) -> dict:
+        # How the work was spread is not what was computed: the summary is the same on every
+        # machine and however the workflow cut the jobs.
+        return {k: v for k, v in params.as_dict().items() if k != "workers"}
