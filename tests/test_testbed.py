@@ -119,6 +119,39 @@ def test_jobs_on_several_nodes_with_srun_and_mpirun_across_groups(testbed, work)
     assert acct.splitlines()[0] == f"{OTHER}|COMPLETED|n[02,06]", steps
 
 
+def test_a_pmix_fence_without_data_is_a_barrier_across_the_nodes(testbed, work):
+    """Open MPI 4.1's MPI_Init ends in a PMIx fence without data, after which a rank may send to
+    any other. Slurm completes such a fence over a tree of the step's nodes, and on fewer nodes than
+    TreeWidth that tree has no edges: each node completes it alone, and a rank that left MPI_Init
+    sent to one still in its modex fence, which crashed (src/hpcvar/dev/slurm.py: MPI_CONF). The
+    testbed's mpi.conf takes the ring. The probe holds rank 3 back between the two fences and each
+    rank counts, after the second, the ranks that have entered it."""
+    env = testbed["env"]
+    assert "PMIxCollFence=ring" in testbed["layout"].mpi_conf.read_text()
+    flags = sh(env, "pkg-config", "--cflags", "--libs", "pmix").split()
+    binary = work / "pmix_fence"
+    sh(env, "gcc", "-O1", "-o", str(binary), str(REPO / "tests" / "probes" / "pmix_fence.c"), *flags)
+    marks = work / "fence-marks"
+    marks.mkdir()
+
+    def launch(**extra):
+        return subprocess.run(["srun", "-N4", "--ntasks-per-node=2", "-w", "n01,n02,n04,n05", "--mpi=pmix",
+                               "--kill-on-bad-exit=0", "env", f"DIR={marks}", "SLOW_RANK=3", "DELAY_US=300000",
+                               str(binary)], env={**env, **extra}, capture_output=True, text=True, timeout=120,
+                              cwd=work)
+
+    held = launch()
+    assert held.returncode == 0, held.stdout + held.stderr
+    assert sorted(held.stdout.splitlines()) == [f"rank {r}: barrier held" for r in range(8)]
+    # Slurm's own choice for a fence without data (the tree, which SLURM_PMIX_FENCE names for one
+    # step): the ranks of the other nodes leave it while rank 3 sleeps.
+    tree = launch(SLURM_PMIX_FENCE="tree")
+    assert tree.returncode != 0
+    early = [line for line in tree.stdout.splitlines() if "left the fence with" in line]
+    assert {line.split(":")[0] for line in early} >= {"rank 0", "rank 1", "rank 4", "rank 5", "rank 6", "rank 7"}, \
+        tree.stdout + tree.stderr
+
+
 def test_another_users_traffic_on_the_global_link_slows_the_victim_most(testbed, work):
     """Medians over three repetitions, the backgrounds interleaved: the aggressor across the
     groups shares the victim's global link; inside one group it shares only the CPUs, as the
