@@ -21,7 +21,7 @@ from pathlib import Path
 import hostlist
 import pytest
 
-from conftest import REPO, TESTBED_USERS, testbed  # noqa: F401  (the multi-node cluster fixture)
+from conftest import NEEDS_MIRROR, REPO, TESTBED_USERS, source_mirror, testbed  # noqa: F401  (testbed: the multi-node cluster fixture)
 from hpcvar.dev import probe, slurm as dev
 from hpcvar.dev import testbed as tb
 from test_campaign import _hpcvar as hpcvar  # hpcvar's command line, as a user runs it
@@ -170,9 +170,9 @@ def test_another_users_traffic_on_the_global_link_slows_the_victim_most(testbed,
     assert held["aggressor-across"] > 1.5 * max(held["alone"], held["aggressor-inside"], held["cpu"]), held.to_dict()
 
 
-def _reframe(env, prefix: Path, *args, timeout=900) -> subprocess.CompletedProcess:
+def _reframe(env, prefix: Path, *args, nodes="2", timeout=900) -> subprocess.CompletedProcess:
     full = {**env, "HPCVAR_RFM_PREFIX": str(prefix), "HPCVAR_RFM_SIZE": "toy", "HPCVAR_OFFLINE": "1",
-            "HPCVAR_RFM_NODES": "2"}
+            "HPCVAR_RFM_NODES": nodes}
     return subprocess.run([REFRAME, "-C", "config/reframe/settings.py", "--system", "testbed", *args],
                           cwd=REPO, env=full, capture_output=True, text=True, timeout=timeout)
 
@@ -216,6 +216,50 @@ def test_a_round_imports_and_collates_with_the_link_counters_of_the_map(testbed,
 def _stop_slurmd(layout, node: str) -> None:
     pid = int((layout.run / f"slurmd-{node}.pid").read_text().split()[0])
     os.kill(pid, signal.SIGKILL)
+
+
+#: Table I's ReFrame tests -> the sources.yaml entry each builds from (benchmarks/bench_table1_testbed.py).
+TABLE_I = {"AMG2013": "amg2013", "AMG2023": "amg2023", "MILC": "milc", "MiniVite": "minivite", "UMT": "umt"}
+
+
+@NEEDS_MIRROR
+def test_table_i_codes_from_the_mirror_pass_every_repetition_at_2_and_4_nodes(testbed, work):
+    """Table I's codes built from the source mirror, toy-sized, at 2 and 4 nodes (the 4 across the
+    groups), one job at a time and no retries: every run passes and holds every time step its test
+    expects; none crashed at start-up (test_a_pmix_fence_without_data_is_a_barrier_across_the_nodes).
+    A code whose archive the mirror lacks is named and left out."""
+    import yaml
+
+    from hpcvar.campaign.reframe_import import import_reports
+    from hpcvar.collate import collate
+    from hpcvar.data.dataset import Dataset
+    from hpcvar.util.anonymise import Pseudonymiser
+
+    mirror = source_mirror()
+    sources = yaml.safe_load((REPO / "reframe_tests" / "apps" / "sources.yaml").read_text())
+    have = [t for t, e in TABLE_I.items()
+            if all((mirror / a).is_file()
+                   for a in [sources[e]["mirror"], *(d["mirror"] for d in (sources[e].get("deps") or {}).values())])]
+    assert have, f"no Table I code in the mirror {mirror}"
+    prefix = work / "rfm-table1"
+    env = {**testbed["env"], "HPCVAR_SOURCE_MIRROR": str(mirror), "HPCVAR_BUILD_CACHE": str(work / "build-cache")}
+    out = _reframe(env, prefix, "-c", "reframe_tests/apps", "-R", "-n", f"^({'|'.join(have)})([ _%]|$)",
+                   "--exec-policy=serial", "-S", "mpip=1", "-r", nodes="2,4", timeout=3600)
+    cases = [c for r in json.loads(max((prefix / "reports").glob("*.json")).read_text())["runs"]
+             for c in r["testcases"] if not c.get("fixture")]
+    assert sorted(c["display_name"].split(" /")[0] for c in cases) == sorted(
+        f"{t} %num_nodes={n}" for t in have for n in (2, 4)), out.stdout[-4000:]
+    assert all(c["result"] == "pass" for c in cases), out.stdout[-6000:]
+    assert "Segmentation fault" not in out.stdout + out.stderr
+    result = import_reports(sorted((prefix / "reports").glob("*.json")), work / "raw-table1",
+                            topology=testbed["layout"].topology_map, ldms_store=testbed["layout"].ldms)
+    assert len(result.imported) == len(cases) and not result.errors, result
+    collate(work / "raw-table1", work / "dataset-table1", Pseudonymiser(b"salt"))
+    runs = Dataset(work / "dataset-table1").read("runs")
+    expected = {c["display_name"].split(" /")[0]: c["expected_steps"] for c in cases}
+    assert len(runs) == len(cases) and (runs["state"] == "COMPLETED").all()
+    assert sorted(runs["num_steps"]) == sorted(expected.values())
+    assert set(runs.loc[runs["num_nodes"] == 4, "num_groups"]) == {2}  # 4 of the 6 nodes span both groups
 
 
 def test_faults_end_jobs_as_slurm_ends_them_and_are_collated_as_failed_runs(testbed, work):
