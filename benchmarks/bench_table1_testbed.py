@@ -1,6 +1,6 @@
 """Table I's codes across the testbed's groups, from a source mirror: per application and node
 count, the runs ReFrame passed, the repetitions (time steps) they hold, the median step time, and
-how many launches crashed (docs/testbed.md, docs/benchmarks.md).
+srun's reports of crashed tasks (docs/testbed.md, docs/benchmarks.md).
 
 Needs the testbed up and a source mirror (reframe_tests/apps/build/fetch.sh --mirror DIR):
 
@@ -9,8 +9,9 @@ Needs the testbed up and a source mirror (reframe_tests/apps/build/fetch.sh --mi
 
 Runs ReFrame's system ``testbed`` on the codes whose archives the mirror holds (a missing one is
 named), toy-sized, at 2 and 4 nodes (``HPCVAR_RFM_NODES``), one job at a time, with no retries;
-then imports and collates ReFrame's report as a campaign round does. A "crash" is a launch that
-ended on a signal (Slurm's ``srun: error: ... Segmentation fault`` in the job's output).
+then imports and collates ReFrame's report as a campaign round does. A crash report is srun's line
+for tasks that ended on a signal (``srun: error: n03: tasks 4-5: Segmentation fault``) in a job's
+standard error: one per node where ranks crashed, in each launch.
 """
 
 from __future__ import annotations
@@ -32,6 +33,20 @@ REPO = Path(__file__).resolve().parents[1]
 #: ReFrame test -> (the sources.yaml entry it builds from, its datasets' prefix).
 TABLE_I = {"AMG2013": ("amg2013", "amg"), "AMG2023": ("amg2023", "amg2023"), "MILC": ("milc", "milc"),
            "MiniVite": ("minivite", "minivite"), "UMT": ("umt", "umt")}
+
+
+#: srun's line for a task that ended on a signal, in the job's standard error: one per node and launch.
+CRASH = re.compile(r"^srun: error: \S+: tasks? [\d,-]+: (Segmentation fault|Aborted|Bus error|Killed)", re.M)
+
+
+def job_stderr(case: dict) -> str:
+    """A test case's job's standard error, where srun reports a crashed task: a passed test's
+    is kept in its output directory, a failed one's in its stage directory."""
+    for where in ("outputdir", "stagedir"):
+        path = Path(case.get(where) or "") / (case.get("job_stderr") or "rfm_job.err")
+        if case.get(where) and path.is_file():
+            return path.read_text(errors="replace")
+    return ""
 
 
 def in_mirror(mirror: Path) -> tuple[list[str], list[str]]:
@@ -88,7 +103,7 @@ def main() -> int:
     ds = Dataset(work / "dataset")
     runs, steps = ds.read("runs"), ds.read("steps")
     cases = [c for run in json.loads(report.read_text())["runs"] for c in run["testcases"] if not c.get("fixture")]
-    print(f"\n{'test':10} {'nodes':>5} {'runs passed':>12} {'steps':>6} {'median step s':>14} {'crashed launches':>17}")
+    print(f"\n{'test':10} {'nodes':>5} {'runs passed':>12} {'steps':>6} {'median step s':>14} {'srun crash reports':>19}")
     failed = 0
     for test in have:
         for nodes in sorted({int(n) for n in a.nodes.split(",")}):
@@ -98,17 +113,12 @@ def main() -> int:
             failed += len(mine) - len(passed)
             crashed = 0
             for c in mine:
-                # A passed test's output is kept in its output directory, a failed one's in its stage.
-                outs = [Path(c[d]) / (c.get("job_stdout") or "rfm_job.out") for d in ("outputdir", "stagedir")
-                        if c.get(d)]
-                out = next((o for o in outs if o.is_file()), None)
-                if out is not None:
-                    crashed += len(re.findall(r"srun: error: .*(Segmentation fault|Aborted|Killed)", out.read_text()))
+                crashed += len(CRASH.findall(job_stderr(c)))
             ids = runs.loc[runs["dataset"] == f"{TABLE_I[test][1]}-{nodes}", "run_id"]
             durations = steps.loc[steps["run_id"].isin(ids), "duration_s"]
             median = statistics.median(durations) if len(durations) else float("nan")
             print(f"{test:10} {nodes:>5} {len(passed):>5} of {len(mine):<5} {len(durations):>6} {median:>14.3f} "
-                  f"{crashed:>17}")
+                  f"{crashed:>19}")
     return 1 if failed else 0
 
 

@@ -79,9 +79,9 @@ def analysis_command(wildcards, input, output):
 
 def analysis_threads(wildcards):
     """Cores of an analysis job over every dataset: for one that spreads its datasets over
-    processes (the forecaster, explain), its `workers` when the config sets them, else every core of a run
-    on this machine (`--cores`; a cluster job gets one unless its profile sets threads); one for
-    the others."""
+    processes (the forecaster, explain), its `workers` when the config sets them, else every core
+    of a run on this machine (`--cores`; a cluster job gets one unless its profile sets threads);
+    one for the others."""
     a = ANALYSES[wildcards.analysis]
     if not a.spreads or config["fan_out"] != "analysis":
         return 1
@@ -107,10 +107,10 @@ def analysis_workers(wildcards, threads):
 
 def analysis_priority(wildcards):
     """The analyses that spread their datasets over processes (the forecaster, the longest, and
-    explain, the last) start first once their inputs are there, then those another analysis reads (deviation and neighbourhood, before explain): they lie on the
-    longest chain of jobs, so starting them before the others shortens the run. Snakemake's
-    scheduler maximises the sum of the priorities of the jobs it starts together: the first's
-    outweighs any set of the others'."""
+    explain, the last) start first once their inputs are there, then those another analysis reads
+    (deviation and neighbourhood, before explain): they lie on the longest chain of jobs, so
+    starting them before the others shortens the run. Snakemake's scheduler maximises the sum of
+    the priorities of the jobs it starts together: the first's outweighs any set of the others'."""
     if ANALYSES[wildcards.analysis].spreads:
         return 100
     return 1 if any(wildcards.analysis in a.reads for a in ANALYSES.values()) else 0

@@ -56,7 +56,7 @@ from hpcvar.results.explain import (LABELS, Cause, CategoryShare, CounterEvidenc
                                     NeighbourEvidence, PlacementEvidence, RunExplanation, StepTime, UserShare)
 from hpcvar.results.neighbourhood import NeighbourhoodDataset, NeighbourhoodResult
 from hpcvar.settings import ExplainSettings
-from hpcvar.util.cores import usable_cores
+from hpcvar.util.cores import processes_for
 from hpcvar.util.progress import Progress
 
 #: The placement columns of the attribution model.
@@ -796,7 +796,7 @@ def run(dataset_dir: str | Path, out_dir: str | Path, config: dict | ExplainSett
     out_dir = Path(out_dir)
     names = sorted(d for d in ctx.runs["dataset"].unique() if only is None or d == only)
     sizes = ctx.runs["dataset"].value_counts()
-    workers = max(1, min(ctx.settings.workers or usable_cores(), len(names)))
+    workers = processes_for(ctx.settings.workers, len(names))
     if workers == 1:
         bar = Progress("explain", int(sizes.reindex(names).fillna(0).sum()))
         found = {name: explain_dataset(ctx, name, out_dir, bar) for name in names}

@@ -51,7 +51,7 @@ from hpcvar.data.rawlayout import TRUTH_ORACLE
 from hpcvar.defaults import FORECAST_FEATURE_SETS, FORECAST_GRID, cell_key, feature_groups
 from hpcvar.results import clean
 from hpcvar.results import forecast as results
-from hpcvar.util.cores import usable_cores
+from hpcvar.util.cores import processes_for
 from hpcvar.results._common import MLflowRuns
 from hpcvar.results.forecast import (BestCell, ForecastDataset, ForecastFiles, ForecastParams, ForecastResult, GridRow,
                                      Importance, LongRun)
@@ -217,20 +217,15 @@ def torch_threads(n: int):
         torch.set_num_threads(before)
 
 
-def workers_for(settings: ForecastSettings, datasets: int) -> int:
-    """Processes for ``datasets`` datasets: ``settings.workers``, or one per usable core."""
-    return max(1, min(settings.workers or usable_cores(), datasets))
-
-
 def analyse_all(data: dict, names: list[str], pairs: dict[str, str], settings: ForecastSettings,
                 oracle: pd.Series | None, out_dir: Path,
                 done: Callable[[str, DatasetResult], None] | None = None) -> dict[str, DatasetResult]:
-    """:func:`analyse` of every dataset, spread over :func:`workers_for` processes (each gets its
-    dataset's rows only, and forecasts it exactly as one process alone would); in ``names``'
-    order. ``done(name, result)`` is called in this process as each dataset's result arrives,
+    """:func:`analyse` of every dataset, spread over ``settings.workers`` processes
+    (:func:`processes_for`; each gets its dataset's rows only, and forecasts it exactly as one
+    process alone would); in ``names``' order. ``done(name, result)`` is called in this process as each dataset's result arrives,
     while the others are still being computed (the forecaster logs each to MLflow then)."""
     done = done or (lambda name, result: None)
-    workers = workers_for(settings, len(names))
+    workers = processes_for(settings.workers, len(names))
     if workers == 1:
         results = {}
         with torch_threads(settings.threads):
