@@ -228,3 +228,27 @@ def test_analyses_take_the_workflows_own_configuration(campaign, tmp_path):
     assert out.returncode != 0 and "unknown setting 'epochs'" in out.stderr and str(bad) in out.stderr
     assert "max_epochs" in out.stderr  # the known ones are listed
     assert not (tmp_path / "f" / "summary.json").exists()
+
+
+def test_help_and_inspect_start_without_the_settings_models_and_an_analysis_still_lists_its_settings(samples):
+    """`hpcvar --help` and the commands that are not analyses build only their own options: the
+    settings models (pydantic) stay unimported; an analysis's own help lists its settings' names
+    from its model, and compare's options are there."""
+    probe = ("import sys, contextlib, io\nfrom hpcvar.cli import main\nout = io.StringIO()\n"
+             "with contextlib.redirect_stdout(out):\n    try:\n        code = main(sys.argv[1:])\n"
+             "    except SystemExit as e:\n        code = e.code\n"
+             "print(code, 'pydantic' in sys.modules, 'hpcvar.settings' in sys.modules)\nprint(out.getvalue())")
+    sacct = samples / "slurm" / "sacct" / "sacct_P_26fields_simple.log"
+    for args, code, models in ((["--help"], 0, False), (["inspect", sacct], 0, False),
+                               (["forecast", "--help"], 0, True), (["compare", "--help"], 0, True)):
+        out = subprocess.run([sys.executable, "-c", probe, *map(str, args)], capture_output=True, text=True)
+        first, _, printed = out.stdout.partition("\n")
+        assert first == f"{code} {models} {models}", (args, out.stdout[-2000:], out.stderr[-2000:])
+        if args[0] == "--help":
+            assert "forecast" in printed and "compare" in printed and "settings:" not in printed
+        elif args[0] == "inspect":
+            assert "sacct (format parsable2), 4 records" in printed
+        elif args[0] == "forecast":
+            assert "settings: grid, folds, seed, feature_sets" in " ".join(printed.split())
+        else:
+            assert "--alpha" in printed and "--min-effect" in printed

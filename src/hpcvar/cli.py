@@ -67,11 +67,12 @@ def cmd_collate(a) -> int:
 
 def inspect_path(path: str) -> dict:
     """``parsers.inspect`` for a file; a dataset directory is described, any other one refused."""
-    from hpcvar.data.dataset import Dataset
-    from hpcvar.parsers import inspect
-
     if not Path(path).is_dir():
+        from hpcvar.parsers import inspect
+
         return inspect(path)
+    from hpcvar.data.dataset import Dataset  # pandas: only for a dataset directory
+
     ds = Dataset(path)
     if ds.is_dataset():
         return {"file": str(path), "ok": True, **ds.describe()}
@@ -510,11 +511,18 @@ def _add_epilogs(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return parser
 
 
-def build_parser() -> argparse.ArgumentParser:
-    return _add_epilogs(_commands())
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command line. Every command's options, or with ``command`` (the one :func:`main` was
+    asked to run; ``""`` for none) only that command's in full: the options built from the
+    settings models (the analyses' ``--set`` names, ``compare``'s options) are left out of the
+    others, so ``hpcvar --help`` and the commands that are not analyses start without pydantic."""
+    return _add_epilogs(_commands(command))
 
 
-def _commands() -> argparse.ArgumentParser:
+def _commands(command: str | None = None) -> argparse.ArgumentParser:
+    def full(name: str) -> bool:
+        return command is None or command == name
+
     p = argparse.ArgumentParser(prog="hpcvar", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
 
@@ -575,8 +583,8 @@ def _commands() -> argparse.ArgumentParser:
                                         f"'analyses: {name}:' section), a file with a '{name}:' section, or the "
                                         f"settings alone; unknown settings are refused")
         s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                       help="override one setting, e.g. --set folds=5 (value is YAML; repeatable); settings: "
-                            f"{', '.join(analysis.settings.model_fields)} (defaults and meaning: docs/settings.md)")
+                       help="override one setting, e.g. --set folds=5 (value is YAML; repeatable)"
+                            + _settings_names(analysis, full(name)))
         if analysis.per_dataset:
             s.add_argument("--only", metavar="NAME",
                            help="analyse this dataset alone and write OUT/parts/NAME.json (the workflow's fan-out: "
@@ -588,7 +596,6 @@ def _commands() -> argparse.ArgumentParser:
         s.set_defaults(func=cmd_analysis)
 
     from hpcvar.defaults import REFRAME_CONFIG
-    from hpcvar.settings import CompareSettings, add_options
 
     s = sub.add_parser("compare", help="did an upgrade change performance? compare distributions BEFORE and AFTER",
                        description="Per (test, variable): KS, Anderson-Darling, Brown-Forsythe (Holm-corrected over "
@@ -620,7 +627,10 @@ def _commands() -> argparse.ArgumentParser:
                    help="ReFrame configuration whose results database holds the sessions (honours HPCVAR_RFM_DB; "
                         f"default {REFRAME_CONFIG}, relative to the current directory)")
     s.add_argument("--no-figures", action="store_true", help="skip the per-pair SVG figures")
-    add_options(s, CompareSettings)  # --alpha, --min-effect, ...: docs/settings.md
+    if full("compare"):
+        from hpcvar.settings import CompareSettings, add_options
+
+        add_options(s, CompareSettings)  # --alpha, --min-effect, ...: docs/settings.md
     s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="a setting by its name in the workflow's compare: section (value is YAML; repeatable; the "
                         "options above win), e.g. --set n_perm=999")
@@ -642,8 +652,8 @@ def _commands() -> argparse.ArgumentParser:
                                                 "slowest runs) and <dataset>/runs.csv (every run's verdict) here")
     s.add_argument("--config", help="YAML file with the settings (the workflow's config: its 'analyses: explain:')")
     s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override one setting (value is YAML; repeatable); settings: "
-                        f"{', '.join(ANALYSES['explain'].settings.model_fields)} (defaults and meaning: docs/settings.md)")
+                   help="override one setting (value is YAML; repeatable)" + _settings_names(ANALYSES["explain"],
+                                                                                            full("explain")))
     s.add_argument("--only", metavar="NAME",
                    help="analyse this dataset alone and write OUT/parts/NAME.json (the workflow's fan-out: one "
                         "job per dataset; `hpcvar assemble` merges the parts into OUT/summary.json)")
@@ -867,8 +877,18 @@ def _commands() -> argparse.ArgumentParser:
     return p
 
 
+def _settings_names(analysis, listed: bool) -> str:
+    """The end of an analysis's ``--set`` help: its settings' names (from its model) when
+    ``listed``."""
+    if not listed:
+        return ""
+    return f"; settings: {', '.join(analysis.settings.model_fields)} (defaults and meaning: docs/settings.md)"
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    command = next((arg for arg in argv if not arg.startswith("-")), "")
+    args = build_parser(command).parse_args(argv)
     return args.func(args)
 
 

@@ -17,8 +17,10 @@ import importlib
 from dataclasses import dataclass
 from types import ModuleType
 
-from hpcvar.settings import (CompareSettings, DeviationSettings, DistributionsSettings, ExplainSettings,
-                             ForecastSettings, NeighbourhoodSettings, OverviewSettings, Settings)
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from hpcvar.settings import Settings
 
 
 @dataclass(frozen=True)
@@ -26,7 +28,10 @@ class Analysis:
     name: str
     #: One line for ``hpcvar --help`` and the workflow's documentation.
     help: str
-    settings: type[Settings]
+    #: Its settings model: the class's name in :mod:`hpcvar.settings` (imported when asked for,
+    #: :attr:`settings`: ``hpcvar --help`` and the commands that are not analyses start without
+    #: pydantic).
+    settings_class: str
     #: What its ``summary.json`` holds: the class's name in :mod:`hpcvar.results.<name>` (imported
     #: when asked for, :attr:`result`: the command line starts without the results' models).
     result_class: str
@@ -50,6 +55,10 @@ class Analysis:
         return importlib.import_module(f"hpcvar.analyses.{self.name}")
 
     @property
+    def settings(self) -> type[Settings]:
+        return getattr(importlib.import_module("hpcvar.settings"), self.settings_class)
+
+    @property
     def result(self) -> type:
         """The :class:`hpcvar.results.Result` its ``summary.json`` holds."""
         return getattr(importlib.import_module(f"hpcvar.results.{self.name}"), self.result_class)
@@ -58,21 +67,27 @@ class Analysis:
 #: In report order.
 ANALYSES: dict[str, Analysis] = {a.name: a for a in (
     Analysis("overview", "the campaign at a glance: spread and coverage per dataset, time per step, compute vs MPI, "
-                         "placement", OverviewSettings, "OverviewResult", tracked=False, per_dataset=False),
+                         "placement", "OverviewSettings", "OverviewResult", tracked=False, per_dataset=False),
     Analysis("neighbourhood", "rank users whose concurrent large jobs go with slow runs (mutual information, Pearson)",
-             NeighbourhoodSettings, "NeighbourhoodResult"),
+             "NeighbourhoodSettings", "NeighbourhoodResult"),
     Analysis("deviation", "rank counters explaining per-step deviations (LightGBM + RFE in grouped CV)",
-             DeviationSettings, "DeviationResult"),
-    Analysis("forecast", "forecast the next k steps from the last m (attention model vs baselines)", ForecastSettings,
+             "DeviationSettings", "DeviationResult"),
+    Analysis("forecast", "forecast the next k steps from the last m (attention model vs baselines)", "ForecastSettings",
              "ForecastResult", takes_truth=True, spreads=True),
     Analysis("distributions", "PDFs/CDFs, modes (dip test) and cycle minima of step times and latencies (Confidence)",
-             DistributionsSettings, "DistributionsResult"),
-    Analysis("explain", "why was this run slow? its slowdown split into causes, with the evidence", ExplainSettings,
+             "DistributionsSettings", "DistributionsResult"),
+    Analysis("explain", "why was this run slow? its slowdown split into causes, with the evidence", "ExplainSettings",
              "ExplainResult", reads=("deviation", "neighbourhood"), tracked=False, spreads=True),
 )}
 
-#: Every section of settings by name, in report order: the analyses', then the regression check's
-#: (``compare:``). The workflow's settings schema and ``docs/settings.md`` are generated from it
-#: (``python -m hpcvar.settings --write``).
-SETTINGS: dict[str, type[Settings]] = {**{name: a.settings for name, a in ANALYSES.items()},
-                                       CompareSettings.name: CompareSettings}
+
+def __getattr__(name: str):
+    """``SETTINGS``: every section of settings by name, in report order: the analyses', then the
+    regression check's (``compare:``). The workflow's settings schema and ``docs/settings.md`` are
+    generated from it (``python -m hpcvar.settings --write``). Built when first asked for: it
+    imports the models."""
+    if name == "SETTINGS":
+        from hpcvar.settings import CompareSettings
+
+        return {**{a.name: a.settings for a in ANALYSES.values()}, CompareSettings.name: CompareSettings}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
