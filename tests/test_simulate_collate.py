@@ -81,6 +81,19 @@ def test_same_seed_same_campaign(tmp_path):
     assert tree_hashes(tmp_path / "a") != tree_hashes(tmp_path / "c")
 
 
+def test_a_campaign_of_the_microbenchmark_alone_simulates_and_collates(tmp_path):
+    """A preset without application datasets (``datasets=()``): the collectives microbenchmark's
+    runs alone, with empty per-run truth, collated into their one dataset."""
+    truth = simulate("demo", seed=1, out=tmp_path / "raw", overrides={"days": 3, "datasets": ()}, progress=False)
+    planted = truth["microbenchmarks"]
+    assert truth["datasets"] == {} and len(planted["runs"]) >= 10
+    assert pd.read_parquet(tmp_path / "raw" / "truth_runs.parquet").empty
+    collate(tmp_path / "raw", tmp_path / "dataset", Pseudonymiser(SALT))
+    runs = Dataset(tmp_path / "dataset").read("runs")
+    assert set(runs["dataset"]) == {planted["dataset"]}
+    assert sorted(runs["run_id"]) == sorted(r["run_id"] for r in planted["runs"])
+
+
 def test_preset_overrides_are_typed_and_checked():
     assert get_preset("paper", {"days": "30"}).days == 30
     with pytest.raises(KeyError, match="unknown preset fields"):

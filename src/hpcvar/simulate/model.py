@@ -182,7 +182,7 @@ def dominant_causes(steps, runs: list[dict]):
     users = (steps.dropna(subset=["culprit_user"]).groupby(["run_id", "culprit_user"])["culprit_s"].sum()
              .reset_index().sort_values("culprit_s", ascending=False).drop_duplicates("run_id")
              .set_index("run_id")["culprit_user"])
-    meta = pd.DataFrame(runs).set_index("run_id")[["dataset", "failed"]]
+    meta = pd.DataFrame(runs, columns=["run_id", "dataset", "failed"]).set_index("run_id")
     out = meta.join(sums, how="inner")
     out["dominant"] = out[list(CAUSE_COLUMNS)].idxmax(axis=1).map(CAUSE_CATEGORY)
     out["dominant_user"] = users.reindex(out.index).where(out["dominant"] == "neighbours")

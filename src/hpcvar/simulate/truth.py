@@ -75,8 +75,8 @@ class TruthRecorder:
 
     def summary(self, p: Preset, seed: int, users: Users, oracle: pd.DataFrame) -> dict:
         """Per dataset: its planted culprits and drivers, its runs, and the best errors achievable."""
-        df = pd.DataFrame(self.runs)
-        ok = df[~df["failed"]]
+        df = pd.DataFrame(self.runs, columns=["run_id", "dataset", "failed", "culprit_steps", "abs_rel_noise"])
+        ok = df[~df["failed"].astype(bool)]
         return {
             "preset": p.name, "seed": seed, "system": p.system,
             "noise": p.noise, "counter_noise": p.counter_noise,
