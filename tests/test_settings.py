@@ -175,3 +175,19 @@ def test_the_registry_and_the_config_sections_name_the_same_analyses_in_the_same
     for name, analysis in REGISTRY.items():
         assert callable(analysis.module.run), name
         assert f"{name} {analysis.help}" in help_text, name
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (REPO / "config").glob("campaign-*.yaml")))
+def test_every_shipped_campaign_configuration_is_valid_over_the_defaults(name):
+    """Each campaign configuration in config/ as Snakemake takes it (``--configfile`` over
+    config/config.yaml) passes the workflow's schema; a misspelt key in one would be refused."""
+    from snakemake.utils import update_config
+
+    merged = yaml.safe_load(CONFIG.read_text())
+    update_config(merged, yaml.safe_load((REPO / "config" / name).read_text()))
+    cfg = _validated(merged)
+    assert cfg["source"] == "campaign" and cfg["campaign"]["system"] and cfg["results"] != "results"
+    broken = copy.deepcopy(merged)
+    broken["campaign"]["test"] = broken["campaign"].pop("tests")
+    with pytest.raises(Exception, match="test"):
+        _validated(broken)
