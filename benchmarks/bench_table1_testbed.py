@@ -8,7 +8,7 @@ Needs the testbed up and a source mirror (reframe_tests/apps/build/fetch.sh --mi
     sudo HPCVAR_SOURCE_MIRROR=DIR .venv/bin/python benchmarks/bench_table1_testbed.py [--repeat 3]
 
 Runs ReFrame's system ``testbed`` on the codes whose archives the mirror holds (a missing one is
-named), toy-sized, at 2 and 4 nodes (``HPCVAR_RFM_NODES``), one job at a time, with no retries;
+named), toy-sized (or ``--size small``), at 2 and 4 nodes (``HPCVAR_RFM_NODES``), one job at a time, with no retries;
 then imports and collates ReFrame's report as a campaign round does. A crash report is srun's line
 for tasks that ended on a signal (``srun: error: n03: tasks 4-5: Segmentation fault``) in a job's
 standard error: one per node where ranks crashed, in each launch.
@@ -63,6 +63,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--repeat", type=int, default=1, help="ReFrame's --repeat: runs of each test and node count")
     p.add_argument("--nodes", default="2,4", help="HPCVAR_RFM_NODES (default 2,4)")
+    p.add_argument("--size", default="toy", choices=("toy", "small"),
+                   help="HPCVAR_RFM_SIZE (default toy; small: steps of about a second at 2 nodes)")
     p.add_argument("--tests", default=",".join(TABLE_I), help="which of Table I's tests (default: all)")
     p.add_argument("--work", type=Path, help="where ReFrame runs (default: a new directory under /var/tmp, "
                    "which every node sees)")
@@ -82,7 +84,7 @@ def main() -> int:
     work = a.work or Path(tempfile.mkdtemp(prefix="hpcvar-table1-", dir="/var/tmp"))
     work.mkdir(parents=True, exist_ok=True)
     report = work / "report.json"
-    env = {**os.environ, "SLURM_CONF": "/var/tmp/hpcvar-slurm/etc/slurm.conf", "HPCVAR_RFM_SIZE": "toy",
+    env = {**os.environ, "SLURM_CONF": "/var/tmp/hpcvar-slurm/etc/slurm.conf", "HPCVAR_RFM_SIZE": a.size,
            "HPCVAR_RFM_NODES": a.nodes, "HPCVAR_OFFLINE": "1", "HPCVAR_RFM_PREFIX": str(work / "rfm"),
            "HPCVAR_BUILD_CACHE": os.environ.get("HPCVAR_BUILD_CACHE", str(work / "build-cache"))}
     cmd = [str(Path(sys.executable).with_name("reframe")), "-C", "config/reframe/settings.py", "--system", "testbed",

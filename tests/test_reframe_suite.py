@@ -111,6 +111,32 @@ def test_toy_size_runs_every_application_here_on_one_node_and_two_ranks(tmp_path
     assert "exec 3>&1 > >(ts '%.s' | tee app.out)" in proxy
 
 
+def test_small_size_changes_only_the_inputs_it_names_and_an_unknown_size_is_refused(tmp_path):
+    """HPCVAR_RFM_SIZE=small: toy's ranks and nodes, with inputs where a step takes about a second
+    on 2 testbed nodes: AMG 1.1 at Table I's 32^3 per rank, AMG2023 at 66^3, miniVite's graph of
+    160000 vertices; UMT and the proxy keep their toy inputs."""
+    launches = {}
+    for size in ("toy", "small"):
+        out = reframe("-c", "reframe_tests/apps", "-R", "--system", "local", "--dry-run", prefix=tmp_path / size,
+                      env={"HPCVAR_RFM_SIZE": size})
+        assert out.returncode == 0, out.stdout[-3000:]
+        scripts = job_scripts(tmp_path / size)
+        launches[size] = {t: [re.sub(r"\S+/install/bin/", "BIN/", line) for line in _one_local(scripts, t).splitlines()
+                              if line.startswith("mpirun -np 2 ")]
+                          for t in ("AMG2013", "AMG2023", "MiniVite", "UMT", "AMGProxy")}
+    toy, small = launches["toy"], launches["small"]
+    assert toy["AMG2013"][0].endswith("-P 2 1 1 -n 24 24 24 -problem 2 -printstats")
+    assert small["AMG2013"][0].endswith("-P 2 1 1 -n 32 32 32 -problem 2 -printstats")
+    assert toy["AMG2023"][0].endswith("-n 40 40 40 -problem 2 -printstats")
+    assert small["AMG2023"][0].endswith("-n 66 66 66 -problem 2 -printstats")
+    assert toy["MiniVite"][0].endswith("-n 40000 -t 1E-02") and small["MiniVite"][0].endswith("-n 160000 -t 1E-02")
+    assert small["UMT"] == toy["UMT"] and len(toy["UMT"]) == 1
+    assert small["AMGProxy"] == toy["AMGProxy"] and len(toy["AMGProxy"]) == 1
+    out = reframe("-c", "reframe_tests/apps", "-R", "--system", "local", "-l", prefix=tmp_path / "bad",
+                  env={"HPCVAR_RFM_SIZE": "medium"})
+    assert "HPCVAR_RFM_SIZE='medium': expected one of full, small, toy" in out.stdout + out.stderr
+
+
 def test_offline_without_a_mirror_keeps_what_needs_no_upstream_sources(tmp_path):
     """HPCVAR_OFFLINE=1 and no source mirror (CI): the tests of Table I's codes and IMB are skipped
     when loaded, saying why; the AMG proxy (hypre from the package registry) and the

@@ -31,10 +31,12 @@ _HPCVAR = Path(sys.executable).with_name("hpcvar")
 HPCVAR = str(_HPCVAR) if _HPCVAR.exists() else "hpcvar"
 
 
-#: ``HPCVAR_RFM_SIZE``: ``full`` (Table I's inputs, the default) or ``toy`` (every input shrunk
-#: to seconds of work on 2 ranks per node and, unless ``HPCVAR_RFM_NODES`` says otherwise, one
-#: node; the applications may then also run on ``+local`` partitions: this machine, CI).
-SIZES = ("full", "toy")
+#: ``HPCVAR_RFM_SIZE``: ``full`` (Table I's inputs, the default), ``toy`` (every input shrunk to
+#: seconds of work on 2 ranks per node and, unless ``HPCVAR_RFM_NODES`` says otherwise, one node;
+#: the applications may then also run on ``+local`` partitions: this machine, CI) or ``small``
+#: (as toy, with inputs where a time step takes about a second on 2 nodes of the testbed, so that
+#: the links' share of a step shows; each test's ``sized`` says what changes).
+SIZES = ("full", "small", "toy")
 
 
 def run_size() -> str:
@@ -44,13 +46,18 @@ def run_size() -> str:
     return size
 
 
-TOY = run_size() == "toy"
+SIZE = run_size()
+#: Shrunk inputs (``toy`` or ``small``): a few ranks, and ``+local`` partitions allowed.
+TOY = SIZE != "full"
 
 
-def sized(full, toy):
-    """``full`` normally, ``toy`` under ``HPCVAR_RFM_SIZE=toy``: the default of a test's input
-    variable (``-S`` still overrides either)."""
-    return toy if TOY else full
+def sized(full, toy, small=None):
+    """The default of a test's input variable for the run size (``-S`` still overrides it):
+    ``full`` normally, ``toy`` under ``HPCVAR_RFM_SIZE=toy``, and under ``small`` the ``small``
+    value (``toy``'s when a test gives none: its toy input already takes about a second a step)."""
+    if SIZE == "full":
+        return full
+    return small if SIZE == "small" and small is not None else toy
 
 
 def node_counts(app: str, default: list[int]) -> list[int]:

@@ -35,8 +35,9 @@ class AMGBase(AppRun):
     descr = "AMG: algebraic multigrid solver (hypre), Table I input, per-step solver times"
     app_name = "amg"
     num_nodes = parameter(node_counts("amg", [128, 512]))
-    #: Local problem size per rank (``-n``): Table I's 32^3; toy-sized 24^3 (see the module doc).
-    local_size = variable(str, value=sized("32 32 32", "24 24 24"))
+    #: Local problem size per rank (``-n``): Table I's 32^3; toy-sized 24^3 (see the module doc);
+    #: small, Table I's 32^3 again (on 2 ranks per node: about 0.9 s a step at 2 testbed nodes).
+    local_size = variable(str, value=sized("32 32 32", "24 24 24", small="32 32 32"))
     problem = variable(int, value=2)
     #: AMG2013's problem 2 runs a fixed number of time steps (6 in LLNL's driver).
     expected_steps = 6
@@ -67,8 +68,9 @@ class AMG2023Base(AMGBase):
     app_name = "amg2023"
     #: AMG2023's problem 2 is one AMG-PCG solve, not AMG 1.1's time-stepping loop: one step per run.
     expected_steps = 1
-    #: Toy-sized 40^3 per rank: at 32^3 its one solve is about 0.1 s on 2 ranks.
-    local_size = sized("32 32 32", "40 40 40")
+    #: Toy-sized 40^3 per rank: at 32^3 its one solve is about 0.1 s on 2 ranks; small, 66^3
+    #: (about 0.9 s at 2 testbed nodes).
+    local_size = sized("32 32 32", "40 40 40", small="66 66 66")
 
 
 @rfm.simple_test
