@@ -64,7 +64,7 @@ def main() -> int:
     p.add_argument("--repeat", type=int, default=1, help="ReFrame's --repeat: runs of each test and node count")
     p.add_argument("--nodes", default="2,4", help="HPCVAR_RFM_NODES (default 2,4)")
     p.add_argument("--size", default="toy", choices=("toy", "small"),
-                   help="HPCVAR_RFM_SIZE (default toy; small: steps of about a second at 2 nodes)")
+                   help="HPCVAR_RFM_SIZE (default toy; small: larger AMG and miniVite inputs)")
     p.add_argument("--tests", default=",".join(TABLE_I), help="which of Table I's tests (default: all)")
     p.add_argument("--work", type=Path, help="where ReFrame runs (default: a new directory under /var/tmp, "
                    "which every node sees)")

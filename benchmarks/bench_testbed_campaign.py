@@ -87,6 +87,7 @@ def main(argv=None) -> int:
 
     from hpcvar.campaign import truth as campaign_truth
     from hpcvar.data.dataset import Dataset
+    from hpcvar.data.rawlayout import STDOUT
     from hpcvar.parsers import apps as app_output
     from hpcvar.util.anonymise import Pseudonymiser, load_salt
 
@@ -170,7 +171,7 @@ def main(argv=None) -> int:
         for name, part in loop.groupby("dataset"):
             rel = []
             for r in part.itertuples():
-                own = app_output.read(res / "raw" / r.raw_dir / "stdout.txt")
+                own = app_output.read(res / "raw" / r.raw_dir / STDOUT)
                 stored = steps.loc[steps["run_id"] == r.run_id, "duration_s"].sum()
                 rel.append(abs(stored - own.total_s) / own.total_s)
             within = sum(x <= 0.05 for x in rel)

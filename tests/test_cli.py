@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -239,8 +240,8 @@ def test_help_and_inspect_start_without_the_settings_models_and_an_analysis_stil
              "    except SystemExit as e:\n        code = e.code\n"
              "print(code, 'pydantic' in sys.modules, 'hpcvar.settings' in sys.modules)\nprint(out.getvalue())")
     sacct = samples / "slurm" / "sacct" / "sacct_P_26fields_simple.log"
-    for args, code, models in ((["--help"], 0, False), (["inspect", sacct], 0, False),
-                               (["forecast", "--help"], 0, True), (["compare", "--help"], 0, True)):
+    for args, code, models in ((["--help"], 0, False), (["inspect", sacct], 0, False), (["forecast", "--help"], 0, True),
+                               (["explain", "--help"], 0, True), (["compare", "--help"], 0, True)):
         out = subprocess.run([sys.executable, "-c", probe, *map(str, args)], capture_output=True, text=True)
         first, _, printed = out.stdout.partition("\n")
         assert first == f"{code} {models} {models}", (args, out.stdout[-2000:], out.stderr[-2000:])
@@ -250,5 +251,12 @@ def test_help_and_inspect_start_without_the_settings_models_and_an_analysis_stil
             assert "sacct (format parsable2), 4 records" in printed
         elif args[0] == "forecast":
             assert "settings: grid, folds, seed, feature_sets" in " ".join(printed.split())
+        elif args[0] == "explain":
+            assert "; settings: slowest, slow_threshold, alpha" in " ".join(printed.split())
         else:
             assert "--alpha" in printed and "--min-effect" in printed
+    # main() takes the first argument without a dash for the command: true while the top level
+    # has no option of its own that takes a value.
+    from hpcvar.cli import build_parser
+
+    assert [a.option_strings for a in build_parser("")._actions if a.option_strings] == [["-h", "--help"]]

@@ -115,7 +115,7 @@ def test_small_size_changes_only_the_inputs_it_names_and_an_unknown_size_is_refu
     """HPCVAR_RFM_SIZE=small: toy's ranks and nodes, with inputs where a step takes about a second
     on 2 testbed nodes: AMG 1.1 at Table I's 32^3 per rank, AMG2023 at 66^3, miniVite's graph of
     160000 vertices; UMT and the proxy keep their toy inputs."""
-    launches = {}
+    launches, decks = {}, {}
     for size in ("toy", "small"):
         out = reframe("-c", "reframe_tests/apps", "-R", "--system", "local", "--dry-run", prefix=tmp_path / size,
                       env={"HPCVAR_RFM_SIZE": size})
@@ -123,7 +123,10 @@ def test_small_size_changes_only_the_inputs_it_names_and_an_unknown_size_is_refu
         scripts = job_scripts(tmp_path / size)
         launches[size] = {t: [re.sub(r"\S+/install/bin/", "BIN/", line) for line in _one_local(scripts, t).splitlines()
                               if line.startswith("mpirun -np 2 ")]
-                          for t in ("AMG2013", "AMG2023", "MiniVite", "UMT", "AMGProxy")}
+                          for t in ("AMG2013", "AMG2023", "MILC", "MiniVite", "UMT", "AMGProxy")}
+        milc = _one_local(scripts, "MILC")
+        decks[size] = next((p.parent / "su3_rmd.in").read_text() for p in (tmp_path / size / "stage").rglob("rfm_job.sh")
+                           if p.read_text() == milc)
     toy, small = launches["toy"], launches["small"]
     assert toy["AMG2013"][0].endswith("-P 2 1 1 -n 24 24 24 -problem 2 -printstats")
     assert small["AMG2013"][0].endswith("-P 2 1 1 -n 32 32 32 -problem 2 -printstats")
@@ -131,10 +134,13 @@ def test_small_size_changes_only_the_inputs_it_names_and_an_unknown_size_is_refu
     assert small["AMG2023"][0].endswith("-n 66 66 66 -problem 2 -printstats")
     assert toy["MiniVite"][0].endswith("-n 40000 -t 1E-02") and small["MiniVite"][0].endswith("-n 160000 -t 1E-02")
     assert small["UMT"] == toy["UMT"] and len(toy["UMT"]) == 1
+    assert small["MILC"] == toy["MILC"] and len(toy["MILC"]) == 1 and decks["small"] == decks["toy"]
+    assert re.search(r"^nx 12$", decks["toy"], re.MULTILINE)  # the toy lattice: 6^4 sites per rank
     assert small["AMGProxy"] == toy["AMGProxy"] and len(toy["AMGProxy"]) == 1
     out = reframe("-c", "reframe_tests/apps", "-R", "--system", "local", "-l", prefix=tmp_path / "bad",
                   env={"HPCVAR_RFM_SIZE": "medium"})
     assert "HPCVAR_RFM_SIZE='medium': expected one of full, small, toy" in out.stdout + out.stderr
+    assert "Found 0 check(s)" in out.stdout  # nothing runs at a size that does not exist
 
 
 def test_offline_without_a_mirror_keeps_what_needs_no_upstream_sources(tmp_path):

@@ -34,8 +34,9 @@ HPCVAR = str(_HPCVAR) if _HPCVAR.exists() else "hpcvar"
 #: ``HPCVAR_RFM_SIZE``: ``full`` (Table I's inputs, the default), ``toy`` (every input shrunk to
 #: seconds of work on 2 ranks per node and, unless ``HPCVAR_RFM_NODES`` says otherwise, one node;
 #: the applications may then also run on ``+local`` partitions: this machine, CI) or ``small``
-#: (as toy, with inputs where a time step takes about a second on 2 nodes of the testbed, so that
-#: the links' share of a step shows; each test's ``sized`` says what changes).
+#: (as toy, with larger inputs for the codes whose toy steps are much shorter than a second on
+#: 2 nodes of the testbed, so that the links' share of a step shows; each test's ``sized`` says
+#: what changes).
 SIZES = ("full", "small", "toy")
 
 
@@ -54,7 +55,7 @@ TOY = SIZE != "full"
 def sized(full, toy, small=None):
     """The default of a test's input variable for the run size (``-S`` still overrides it):
     ``full`` normally, ``toy`` under ``HPCVAR_RFM_SIZE=toy``, and under ``small`` the ``small``
-    value (``toy``'s when a test gives none: its toy input already takes about a second a step)."""
+    value (``toy``'s when a test gives none: its toy input is kept)."""
     if SIZE == "full":
         return full
     return small if SIZE == "small" and small is not None else toy

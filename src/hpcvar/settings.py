@@ -342,7 +342,7 @@ _OPEN = {"compare"}
 
 def schema_document(sections: dict[str, type[Settings]]) -> dict:
     """``workflow/schemas/settings.schema.yaml``: each section's model under ``$defs``, by its name
-    (``sections``: :data:`hpcvar.analyses.registry.SETTINGS`)."""
+    (``sections``: :func:`hpcvar.analyses.registry.settings_sections`)."""
     return {"$schema": "https://json-schema.org/draft/2020-12/schema",
             "description": "Generated from src/hpcvar/settings.py by `python -m hpcvar.settings --write`; do not "
                            "edit. config.schema.yaml refers to these definitions.",
@@ -387,7 +387,7 @@ _TOP_LEVEL = {"compare"}
 
 
 def markdown(sections: dict[str, type[Settings]]) -> str:
-    """``docs/settings.md``: one table per section (``sections``: :data:`hpcvar.analyses.registry.SETTINGS`)."""
+    """``docs/settings.md``: one table per section (``sections``: :func:`hpcvar.analyses.registry.settings_sections`)."""
     out = ["# Analysis settings", "",
            "Generated from `src/hpcvar/settings.py` by `python -m hpcvar.settings --write`; do not edit.", "",
            "Each analysis takes its settings from `config/config.yaml` (`analyses: <analysis>:`; `compare:` for the "

@@ -13,10 +13,10 @@ Nothing here imports an analysis module: :meth:`Analysis.module` does, when one 
 
 from __future__ import annotations
 
+import functools
 import importlib
 from dataclasses import dataclass
 from types import ModuleType
-
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -81,13 +81,19 @@ ANALYSES: dict[str, Analysis] = {a.name: a for a in (
 )}
 
 
-def __getattr__(name: str):
-    """``SETTINGS``: every section of settings by name, in report order: the analyses', then the
-    regression check's (``compare:``). The workflow's settings schema and ``docs/settings.md`` are
-    generated from it (``python -m hpcvar.settings --write``). Built when first asked for: it
-    imports the models."""
-    if name == "SETTINGS":
-        from hpcvar.settings import CompareSettings
+@functools.cache
+def settings_sections() -> dict[str, type[Settings]]:
+    """Every section of settings by name, in report order: the analyses', then the regression
+    check's (``compare:``). The workflow's settings schema and ``docs/settings.md`` are generated
+    from it (``python -m hpcvar.settings --write``). Built when first asked for: it imports the
+    models."""
+    from hpcvar.settings import CompareSettings
 
-        return {**{a.name: a.settings for a in ANALYSES.values()}, CompareSettings.name: CompareSettings}
+    return {**{a.name: a.settings for a in ANALYSES.values()}, CompareSettings.name: CompareSettings}
+
+
+def __getattr__(name: str):
+    """``SETTINGS``: :func:`settings_sections`, as a module attribute."""
+    if name == "SETTINGS":
+        return settings_sections()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

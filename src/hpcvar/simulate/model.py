@@ -172,17 +172,16 @@ def step_causes(ds: DatasetSpec, profile: np.ndarray, res: RunResult, frag: floa
     return dict(zip(CAUSE_COLUMNS, (culprit, congestion, np.full(len(profile), placement), io_s, noise)))
 
 
-def dominant_causes(steps, runs: list[dict]):
-    """Per run (truth_runs.parquet): the seconds of each cause summed over its steps and the
-    dominant one -- the cause that added the most, with the culprit user who added the most
-    when it is the culprits. Noise dominates when it added more than any planted cause."""
-    import pandas as pd
-
+def dominant_causes(steps, runs):
+    """Per run (truth_runs.parquet; ``runs``: a frame with run_id, dataset and failed): the seconds
+    of each cause summed over its steps and the dominant one -- the cause that added the most,
+    with the culprit user who added the most when it is the culprits. Noise dominates when it
+    added more than any planted cause."""
     sums = steps.groupby("run_id")[list(CAUSE_COLUMNS)].sum()
     users = (steps.dropna(subset=["culprit_user"]).groupby(["run_id", "culprit_user"])["culprit_s"].sum()
              .reset_index().sort_values("culprit_s", ascending=False).drop_duplicates("run_id")
              .set_index("run_id")["culprit_user"])
-    meta = pd.DataFrame(runs, columns=["run_id", "dataset", "failed"]).set_index("run_id")
+    meta = runs.set_index("run_id")[["dataset", "failed"]]
     out = meta.join(sums, how="inner")
     out["dominant"] = out[list(CAUSE_COLUMNS)].idxmax(axis=1).map(CAUSE_CATEGORY)
     out["dominant_user"] = users.reindex(out.index).where(out["dominant"] == "neighbours")

@@ -31,6 +31,9 @@ TRUTH_RUNS = "truth_runs.parquet"
 ORACLE_COLUMNS = ["run_id", "dataset", "t_c", "k", "oracle_s", "actual_s"]
 STEP_COLUMNS = ("run_id", "dataset", "step", "culprit", "ar1", "io", *model.CAUSE_COLUMNS, "culprit_user")
 
+#: A run's row in the truth (one per run, failed ones included): the keys ``add_run`` records.
+RUN_COLUMNS = ["run_id", "dataset", "failed", "culprit_steps", "abs_rel_noise"]
+
 
 class TruthRecorder:
     """The truth of one simulated campaign, gathered run by run and written once at its end."""
@@ -66,17 +69,18 @@ class TruthRecorder:
         steps = (pd.concat(self.steps, ignore_index=True) if self.steps else
                  pd.DataFrame({c: [] for c in STEP_COLUMNS}))
         steps.to_parquet(out / TRUTH_STEPS, index=False)
-        model.dominant_causes(steps, self.runs).to_parquet(out / TRUTH_RUNS, index=False)
-        truth = self.summary(p, seed, users, oracle)
+        runs = pd.DataFrame(self.runs, columns=RUN_COLUMNS).astype({"failed": bool})
+        model.dominant_causes(steps, runs).to_parquet(out / TRUTH_RUNS, index=False)
+        truth = self.summary(p, seed, users, oracle, runs)
         if microbenchmarks is not None:
             truth["microbenchmarks"] = microbenchmarks
         (out / TRUTH).write_text(json.dumps(truth, indent=1))
         return truth
 
-    def summary(self, p: Preset, seed: int, users: Users, oracle: pd.DataFrame) -> dict:
-        """Per dataset: its planted culprits and drivers, its runs, and the best errors achievable."""
-        df = pd.DataFrame(self.runs, columns=["run_id", "dataset", "failed", "culprit_steps", "abs_rel_noise"])
-        ok = df[~df["failed"].astype(bool)]
+    def summary(self, p: Preset, seed: int, users: Users, oracle: pd.DataFrame, df: pd.DataFrame) -> dict:
+        """Per dataset: its planted culprits and drivers, its runs (``df``, a row per run), and the
+        best errors achievable."""
+        ok = df[~df["failed"]]
         return {
             "preset": p.name, "seed": seed, "system": p.system,
             "noise": p.noise, "counter_noise": p.counter_noise,
