@@ -21,7 +21,7 @@ from pathlib import Path
 import hostlist
 import pytest
 
-from conftest import NEEDS_MIRROR, REPO, TESTBED_USERS, source_mirror, testbed  # noqa: F401  (testbed: the multi-node cluster fixture)
+from conftest import NEEDS_MIRROR, REPO, TESTBED_USERS, machine, source_mirror, testbed  # noqa: F401  (testbed: the multi-node cluster fixture)
 from hpcvar.dev import probe, slurm as dev
 from hpcvar.dev import testbed as tb
 from test_campaign import _hpcvar as hpcvar  # hpcvar's command line, as a user runs it
@@ -152,12 +152,16 @@ def test_a_pmix_fence_without_data_is_a_barrier_across_the_nodes(testbed, work):
         tree.stdout + tree.stderr
 
 
+@pytest.mark.whole_machine
 def test_another_users_traffic_on_the_global_link_slows_the_victim_most(testbed, work):
     """Medians over three repetitions, the backgrounds interleaved: the aggressor across the
     groups shares the victim's global link; inside one group it shares only the CPUs, as the
-    CPU-only control does. Its traffic shows on the global link's queue."""
-    table = probe.measure(testbed["spec"], testbed["layout"].root, work / "probe", testbed["env"], OTHER,
-                          repetitions=3, iterations=30)
+    CPU-only control does. Its traffic shows on the global link's queue. Measured with the
+    machine to itself: another test's load on the two CPUs is a CPU hog the controls do not know
+    (in a full suite where it was not, the aggressor across came out at 1.22x the CPU control)."""
+    with machine(exclusive=True):
+        table = probe.measure(testbed["spec"], testbed["layout"].root, work / "probe", testbed["env"], OTHER,
+                              repetitions=3, iterations=30)
     med = table.groupby("background")["median_ms"].median()
     sent = table.groupby("background")["gl_tx_bytes"].median()
     held = table.groupby("background")["gl_overlimits"].median()
