@@ -14,11 +14,12 @@ from snakemake.utils import validate
 
 from hpcvar import settings
 from hpcvar.defaults import FORECAST_GRID
-from hpcvar.analyses.registry import SETTINGS
+from hpcvar.analyses.registry import settings_sections
 from hpcvar.settings import (CompareSettings, DeviationSettings, ForecastSettings, NeighbourhoodSettings, SettingsError,
                              section_key)
 
-#: The analyses' settings (SETTINGS less the regression check's).
+#: Every section of settings by name (the registry's), and the analyses' (less the regression check's).
+SETTINGS = settings_sections()
 ANALYSES = {name: model for name, model in SETTINGS.items() if name != "compare"}
 
 REPO = Path(__file__).resolve().parents[1]

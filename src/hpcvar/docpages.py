@@ -103,14 +103,14 @@ def render(parser: argparse.ArgumentParser, docs_of) -> str:
 
 def generated(root: Path | str = ".") -> dict[str, str]:
     """Every generated file (relative to the repository ``root``) -> the text it should hold."""
-    from hpcvar.analyses.registry import SETTINGS
+    from hpcvar.analyses.registry import settings_sections
     from hpcvar.cli import build_parser, docs_page
     from hpcvar.data.schema import markdown
     from hpcvar.settings import GENERATED
 
     cli = render(build_parser(), docs_page)
     return {PAGE: cli, "docs/dataset.md": markdown() + "\n",
-            **{rel: make(SETTINGS) for rel, make in GENERATED.items()}}
+            **{rel: make(settings_sections()) for rel, make in GENERATED.items()}}
 
 
 def stale(root: Path | str = ".") -> list[str]:

@@ -90,10 +90,3 @@ def settings_sections() -> dict[str, type[Settings]]:
     from hpcvar.settings import CompareSettings
 
     return {**{a.name: a.settings for a in ANALYSES.values()}, CompareSettings.name: CompareSettings}
-
-
-def __getattr__(name: str):
-    """``SETTINGS``: :func:`settings_sections`, as a module attribute."""
-    if name == "SETTINGS":
-        return settings_sections()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -222,8 +222,9 @@ def analyse_all(data: dict, names: list[str], pairs: dict[str, str], settings: F
                 done: Callable[[str, DatasetResult], None] | None = None) -> dict[str, DatasetResult]:
     """:func:`analyse` of every dataset, spread over ``settings.workers`` processes
     (:func:`processes_for`; each gets its dataset's rows only, and forecasts it exactly as one
-    process alone would); in ``names``' order. ``done(name, result)`` is called in this process as each dataset's result arrives,
-    while the others are still being computed (the forecaster logs each to MLflow then)."""
+    process alone would); in ``names``' order. ``done(name, result)`` is called in this process
+    as each dataset's result arrives, while the others are still being computed (the forecaster
+    logs each to MLflow then)."""
     done = done or (lambda name, result: None)
     workers = processes_for(settings.workers, len(names))
     if workers == 1:
