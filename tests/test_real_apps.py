@@ -45,7 +45,10 @@ ALL_APPS = {**APP_TESTS, **OWN_APPS}
 STEP_TOLERANCE = 0.05
 #: ... or this much: ts stamps a line when mpirun (or srun) forwards it, a few ms late when both
 #: ranks keep both cores busy; that matters for miniVite's toy Louvain phases (0.05-0.2 s; its
-#: graph generation, which takes most of a repetition, is not part of a step).
+#: graph generation, which takes most of a repetition, is not part of a step). Under srun a line
+#: that follows the one before within 40 ms can wait for that one's delayed acknowledgement: up to
+#: 40 ms (docs/explanation/suite.md); the AMG proxy writes its first step's start line together
+#: with the parameters before it, so that its first step is not stamped short.
 STAMP_JITTER_S = 0.020
 #: Applications that print one timer around all their steps, none per step (their READMEs).
 LOOP_TIMER_ONLY = ("AMG2013", "MILC")
