@@ -155,8 +155,8 @@ def test_a_pmix_fence_without_data_is_a_barrier_across_the_nodes(testbed, work):
 @pytest.mark.whole_machine
 def test_another_users_traffic_on_the_global_link_slows_the_victim_most(testbed, work):
     """Medians over three repetitions, the backgrounds interleaved: the aggressor across the
-    groups shares the victim's global link; inside one group it shares only the CPUs, as the
-    CPU-only control does. Its traffic shows on the global link's queue. Measured with the
+    groups (four TCP connections each way, ``probe.STREAMS``) shares the victim's global link;
+    inside one group it shares only the CPUs, as the CPU-only control does. Its traffic shows on the global link's queue. Measured with the
     machine to itself: another test's load on the two CPUs is a CPU hog the controls do not know
     (in a full suite where it was not, the aggressor across came out at 1.22x the CPU control)."""
     with machine(exclusive=True):

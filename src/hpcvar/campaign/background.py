@@ -53,14 +53,15 @@ from hpcvar.data.rawlayout import TRUTH
 from hpcvar.util.fileio import atomic_write_json
 
 KINDS = ("global-traffic", "group-traffic", "cpu")
-#: The traffic's job step: task 0 serves (its data address in a file beside), task 1 connects.
+#: The traffic's job step: task 0 serves (its data address in a file beside), task 1 connects with
+#: ``streams`` TCP connections each way (the campaign's jobs: one).
 TRAFFIC = r"""if [ "$SLURM_PROCID" = 0 ]; then
   addr=$(ip -4 -o addr show data0 2>/dev/null | awk '{{print $4}}' | cut -d/ -f1); [ -n "$addr" ] || addr=$(hostname)
   echo "$addr" > {server}.tmp && mv {server}.tmp {server}
   exec iperf3 -s -1 -p {port} > {log}.server 2>&1
 else
   while [ ! -s {server} ]; do sleep 0.2; done; sleep 0.5
-  exec iperf3 -c $(cat {server}) -p {port} --bidir -b {bitrate} -t {duration} > {log}.client 2>&1
+  exec iperf3 -c $(cat {server}) -p {port} --bidir -P {streams} -b {bitrate} -t {duration} > {log}.client 2>&1
 fi"""
 #: The CPU load's job step, one per node: busy for ``load`` of every 100 ms (the system's Python:
 #: the other users cannot run the campaign's virtual environment).
@@ -272,7 +273,8 @@ def submit(planted: Planted, results: Path, env: dict, duration_s: int = 3600) -
             script = work / f"{job['user']}.sh"
             script.write_text("#!/bin/sh\n" + TRAFFIC.format(server=work / f"{job['user']}.server-addr",
                                                             port=5301 + k, log=work / job["user"],
-                                                            bitrate=job["bitrate"], duration=duration_s) + "\n")
+                                                            bitrate=job["bitrate"], streams=1,
+                                                            duration=duration_s) + "\n")
             script.chmod(0o755)
             step = f"srun -N2 -n2 --ntasks-per-node=1 {script}"
         name = f"hpcvar-bg-{planted.round}-{job['user']}"

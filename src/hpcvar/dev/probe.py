@@ -6,7 +6,8 @@ Backgrounds, each another Unix user's Slurm job (the second user of ``hpcvar dev
 * ``alone``: nothing;
 * ``aggressor-across``: TCP traffic both ways as fast as the links allow (the planted culprit's
   generator of a testbed campaign, ``hpcvar.campaign.background.TRAFFIC``: iperf3 in the kernel,
-  little CPU) between two nodes in different groups, so it crosses the global link the victim uses;
+  little CPU), :data:`STREAMS` connections each way, between two nodes in different groups, so it
+  crosses the global link the victim uses;
 * ``aggressor-inside``: the same traffic between two nodes of one group: as much traffic, none of
   it on the global link;
 * ``cpu``: busy loops on two nodes, no traffic: what the two shared CPUs alone do.
@@ -34,6 +35,11 @@ from hpcvar.parsers import ldms, microbenchmarks
 
 REPO = Path(__file__).resolve().parents[3]
 BACKGROUNDS = ("alone", "aggressor-across", "aggressor-inside", "cpu")
+#: The aggressor's TCP connections each way. The global link's queue is first in, first out and
+#: dropped nothing, so each connection's share is what it has in flight, and with one the victim's
+#: share swung with iperf3's congestion window: medians of 87-184 ms in 8 launches, a third of
+#: them near the CPU-only control. With four the victim's share stays small: 139-188 ms in 8.
+STREAMS = 4
 #: Open MPI on the testbed's networks (as the ReFrame system `testbed`).
 MPI_ENV = {"OMPI_MCA_pml": "ob1", "OMPI_MCA_btl": "tcp,self", "OMPI_MCA_btl_tcp_if_include": "10.77.0.0/16",
            "OMPI_MCA_oob_tcp_if_include": "10.78.0.0/24", "OMPI_MCA_hwloc_base_binding_policy": "none",
@@ -86,7 +92,8 @@ def start_background(kind: str, nodes: tuple[str, str], bindir: Path, work: Path
         tag = Path(work) / f"aggressor-{time.monotonic_ns()}"
         script = tag.with_suffix(".sh")
         script.write_text("#!/bin/sh\n" + TRAFFIC.format(server=f"{tag}.server-addr", port=5299, log=tag,
-                                                         bitrate=0, duration=f"{duration:.0f}") + "\n")
+                                                         bitrate=0, streams=STREAMS,
+                                                         duration=f"{duration:.0f}") + "\n")
         script.chmod(0o755)
         step = f"srun -N2 -n2 --ntasks-per-node=1 -w {','.join(nodes)} {script}"
     cmd = ["runuser", "-u", user, "--", "sh", "-c", step]
