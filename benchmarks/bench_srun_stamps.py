@@ -7,7 +7,7 @@ it waits for its delayed acknowledgement (docs/explanation/suite.md), so a step 
 right after other output can be stamped up to 40 ms late. Needs a Slurm cluster (as root):
 
     .venv/bin/hpcvar dev slurm up                     # or the testbed: --nodes 6 --groups 2
-    .venv/bin/python benchmarks/bench_srun_stamps.py --revisions 169636f HEAD --launches 10
+    .venv/bin/python benchmarks/bench_srun_stamps.py --revisions 169636f HEAD --launches 10 --n 32
 
 Prints, per revision: the launches, the first step's stamped minus own time (median, most
 negative), how many first steps were more than 20 ms off, and the largest gap of the other steps.
@@ -52,7 +52,9 @@ def build(revision: str, work: Path) -> Path:
         text = subprocess.run(["git", "show", f"{revision}:{SOURCE}/{name}"], cwd=REPO, check=True,
                               capture_output=True, text=True).stdout
         (out / name).write_text(text)
-    subprocess.run(["make", "-s", "-C", str(out)], check=True, capture_output=True, text=True)
+    made = subprocess.run(["make", "-s", "-C", str(out)], capture_output=True, text=True)
+    if made.returncode != 0:
+        raise SystemExit(f"bench_srun_stamps: building the proxy of {revision} failed:\n{made.stderr}")
     return out / "hpcvar-amgproxy"
 
 
@@ -65,7 +67,10 @@ def launch(binary: Path, out: Path, env: dict, node: list[str], n: int, steps: i
                           timeout=600)
     if proc.returncode != 0:
         raise RuntimeError(f"{script}: sbatch failed: {proc.stderr.strip()} (log: {out.with_suffix('.log')})")
-    return apps.read(out).steps
+    parsed = apps.read(out)
+    if not parsed.timestamped:
+        raise SystemExit(f"bench_srun_stamps: {out} has no timestamps (is moreutils' ts installed?)")
+    return parsed.steps
 
 
 def main() -> int:
@@ -73,8 +78,11 @@ def main() -> int:
     p.add_argument("--revisions", nargs="+", default=["HEAD"], help="git revisions of the proxy's source")
     p.add_argument("--launches", type=int, default=10, help="launches per revision (alternated)")
     p.add_argument("--n", type=int, default=24, help="points per rank and direction (the toy test: 32)")
-    p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--steps", type=int, default=8, help="time steps (at least 2: the first against the others)")
     a = p.parse_args()
+    if a.steps < 2:
+        p.error("--steps: at least 2")
+    a.revisions = list(dict.fromkeys(a.revisions))
     layout = slurm.Layout(slurm.state_dir())
     env = slurm.slurm_env(layout)
     spec = testbed.load_spec(layout.root)

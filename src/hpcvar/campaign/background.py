@@ -54,7 +54,8 @@ from hpcvar.util.fileio import atomic_write_json
 
 KINDS = ("global-traffic", "group-traffic", "cpu")
 #: The traffic's job step: task 0 serves (its data address in a file beside), task 1 connects with
-#: ``streams`` TCP connections each way (the campaign's jobs: one).
+#: ``streams`` TCP connections each way (the campaign's jobs: one), each at ``bitrate`` (iperf3's
+#: ``-b`` is per connection; 0: as fast as the link allows).
 TRAFFIC = r"""if [ "$SLURM_PROCID" = 0 ]; then
   addr=$(ip -4 -o addr show data0 2>/dev/null | awk '{{print $4}}' | cut -d/ -f1); [ -n "$addr" ] || addr=$(hostname)
   echo "$addr" > {server}.tmp && mv {server}.tmp {server}

@@ -35,10 +35,11 @@ from hpcvar.parsers import ldms, microbenchmarks
 
 REPO = Path(__file__).resolve().parents[3]
 BACKGROUNDS = ("alone", "aggressor-across", "aggressor-inside", "cpu")
-#: The aggressor's TCP connections each way. The global link's queue is first in, first out and
-#: dropped nothing, so each connection's share is what it has in flight, and with one the victim's
-#: share swung with iperf3's congestion window: medians of 87-184 ms in 8 launches, a third of
-#: them near the CPU-only control. With four the victim's share stays small: 139-188 ms in 8.
+#: The aggressor's TCP connections each way. The global link's queue is first in, first out, and
+#: with one connection each way it dropped nothing: each connection's share was what it had in
+#: flight, and the victim's share swung with iperf3's congestion window (medians of 87-184 ms in
+#: 8 launches, a third of them near the CPU-only control). With four the victim's share stays
+#: small: 139-188 ms in 8 launches (the queue then drops a few dozen packets).
 STREAMS = 4
 #: Open MPI on the testbed's networks (as the ReFrame system `testbed`).
 MPI_ENV = {"OMPI_MCA_pml": "ob1", "OMPI_MCA_btl": "tcp,self", "OMPI_MCA_btl_tcp_if_include": "10.77.0.0/16",

@@ -17,7 +17,7 @@
  * its eigenvalues are larger than 1, so the solution's 2-norm must fall from step to step: the
  * physical check beside convergence.
  *
- * Output (rank 0, stdout), one line per event, so that `ts` stamps step boundaries:
+ * Output (rank 0, stdout), a line per event, so that `ts` stamps step boundaries:
  *
  *     hpcvar-amgproxy 1.0 (hypre 2.26.0)
  *     Running with these driver parameters:
@@ -37,8 +37,8 @@
  *     Figure of Merit (FOM): unknowns x steps / (setup + solve) = 5.1e+05
  *
  * (times with six decimals). Everything up to "Time stepping:" is written at once, right before
- * the first step's timer starts; each "Step i:" line right after step i's timer stops, and the next step's timer starts
- * right after it, so the lines' timestamps bound the steps. A step's time ("step") covers its
+ * the first step's timer starts; each "Step i:" line right after step i's timer stops, and the
+ * next step's timer starts right after it, so the lines' timestamps bound the steps. A step's time ("step") covers its
  * assembly, setup and solve and what follows them (the solution's norm, freeing the solver); every
  * time is taken between barriers, so it is the slowest rank's. hpcvar's parser:
  * src/hpcvar/parsers/apps/amgproxy.py.
@@ -48,6 +48,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -241,6 +242,49 @@ static double now(void)
     return MPI_Wtime();
 }
 
+/* Rank 0's parameters and the start of the time stepping, in one write(2), right before the
+ * first step's timer starts. Under srun, a line written while the one before it still waits for
+ * its delayed acknowledgement (40 ms) on the way to srun waits with it; the first step's start
+ * line came a few milliseconds after the parameters and was stamped up to 40 ms late. Written
+ * at once, nothing of it waits behind an earlier line. Rank 0 alone: a failure aborts the job
+ * (MPI_Abort), as the other ranks are already in the first step's barrier. */
+static void write_start(const options_t *o, const grid_t *g, HYPRE_BigInt unknowns, int size)
+{
+    char *text = NULL;
+    size_t length = 0;
+    FILE *block = open_memstream(&text, &length);
+    if (block) {
+        fprintf(block, PROG " " VERSION " (hypre " HYPRE_RELEASE_VERSION ")\n");
+        fprintf(block, "Running with these driver parameters:\n");
+        fprintf(block, "  (Px, Py, Pz) = (%d, %d, %d)\n", g->p[0], g->p[1], g->p[2]);
+        fprintf(block, "  (nx, ny, nz) = (%d, %d, %d)\n", g->n[0], g->n[1], g->n[2]);
+        fprintf(block, "  stencil = %d-point\n", o->stencil);
+        fprintf(block, "  time steps = %d\n", o->steps);
+        fprintf(block, "  dt = %g\n", o->dt);
+        fprintf(block, "  tolerance = %g\n", o->tol);
+        fprintf(block, "  max iterations = %d\n", o->maxit);
+        fprintf(block, "Global grid: %d x %d x %d = %lld unknowns, %d ranks\n", g->g[0], g->g[1], g->g[2],
+                (long long)unknowns, size);
+        fprintf(block, "Time stepping: %d steps\n", o->steps);
+    }
+    if (!block || ferror(block) || fclose(block) != 0) {
+        fprintf(stderr, PROG ": error: out of memory\n");
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    fflush(stdout);
+    for (size_t done = 0; done < length;) {
+        ssize_t n = write(STDOUT_FILENO, text + done, length - done);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            fprintf(stderr, PROG ": error: cannot write to standard output: %s\n", strerror(errno));
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+        done += (size_t)n;
+    }
+    free(text);
+}
+
 int main(int argc, char **argv)
 {
     int rank, size;
@@ -301,39 +345,8 @@ int main(int argc, char **argv)
     double total[4] = {0, 0, 0, 0}; /* assembly, setup, solve, step */
     long long iterations_total = 0;
     int failed = 0;
-    if (rank == 0) {
-        /* The parameters and the start of the time stepping in one write: under srun a line
-         * written within the receiver's delayed acknowledgement (40 ms) of the line before it
-         * can be held that long on its way to `ts`, and the first step's start line came right
-         * after the parameters. One write is one segment: it is stamped when it is written. */
-        char *text = NULL;
-        size_t length = 0;
-        FILE *block = open_memstream(&text, &length);
-        if (!block)
-            die("%s", "out of memory");
-        fprintf(block, PROG " " VERSION " (hypre " HYPRE_RELEASE_VERSION ")\n");
-        fprintf(block, "Running with these driver parameters:\n");
-        fprintf(block, "  (Px, Py, Pz) = (%d, %d, %d)\n", g.p[0], g.p[1], g.p[2]);
-        fprintf(block, "  (nx, ny, nz) = (%d, %d, %d)\n", g.n[0], g.n[1], g.n[2]);
-        fprintf(block, "  stencil = %d-point\n", o.stencil);
-        fprintf(block, "  time steps = %d\n", o.steps);
-        fprintf(block, "  dt = %g\n", o.dt);
-        fprintf(block, "  tolerance = %g\n", o.tol);
-        fprintf(block, "  max iterations = %d\n", o.maxit);
-        fprintf(block, "Global grid: %d x %d x %d = %lld unknowns, %d ranks\n", g.g[0], g.g[1], g.g[2],
-                (long long)unknowns, size);
-        fprintf(block, "Time stepping: %d steps\n", o.steps);
-        if (fclose(block) != 0)
-            die("%s", "out of memory");
-        fflush(stdout);
-        for (size_t done = 0; done < length;) {
-            ssize_t n = write(STDOUT_FILENO, text + done, length - done);
-            if (n < 0)
-                die("%s", "cannot write to standard output");
-            done += (size_t)n;
-        }
-        free(text);
-    }
+    if (rank == 0)
+        write_start(&o, &g, unknowns, size);
     for (int step = 1; step <= o.steps; step++) {
         double c = o.dt * (1.0 + 0.5 * sin((double)step));
         HYPRE_IJMatrix A;
