@@ -9,9 +9,10 @@ Needs the testbed up and a source mirror (reframe_tests/apps/build/fetch.sh --mi
 
 Runs ReFrame's system ``testbed`` on the codes whose archives the mirror holds (a missing one is
 named), toy-sized (or ``--size small``), at 2 and 4 nodes (``HPCVAR_RFM_NODES``), one job at a
-time, with no retries; then imports and collates ReFrame's report as a campaign round does. A crash report is srun's line
-for tasks that ended on a signal (``srun: error: n03: tasks 4-5: Segmentation fault``) in a job's
-standard error: one per node where ranks crashed, in each launch.
+time, with no retries; then imports and collates ReFrame's report as a campaign round does. A
+crash report is srun's line for tasks that ended on a signal (``srun: error: n03: tasks 4-5:
+Segmentation fault``) in a job's standard error: one per node where ranks crashed, in each
+launch.
 """
 
 from __future__ import annotations

@@ -38,10 +38,10 @@
  *
  * (times with six decimals). Everything up to "Time stepping:" is written at once, right before
  * the first step's timer starts; each "Step i:" line right after step i's timer stops, and the
- * next step's timer starts right after it, so the lines' timestamps bound the steps. A step's time ("step") covers its
- * assembly, setup and solve and what follows them (the solution's norm, freeing the solver); every
- * time is taken between barriers, so it is the slowest rank's. hpcvar's parser:
- * src/hpcvar/parsers/apps/amgproxy.py.
+ * next step's timer starts right after it, so the lines' timestamps bound the steps. A step's
+ * time ("step") covers its assembly, setup and solve and what follows them (the solution's norm,
+ * freeing the solver); every time is taken between barriers, so it is the slowest rank's.
+ * hpcvar's parser: src/hpcvar/parsers/apps/amgproxy.py.
  *
  * Usage: hpcvar-amgproxy [-n nx ny nz] [-P px py pz] [-stencil 7|27] [-steps N] [-dt DT]
  *                        [-tol TOL] [-maxit N]
