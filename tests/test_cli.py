@@ -218,6 +218,7 @@ def test_analyses_take_the_workflows_own_configuration(campaign, tmp_path):
     out = run("neighbourhood", ds, "--out", tmp_path / "n", "--config", REPO / "config" / "config.yaml",
               "--set", "top_k=3")
     assert out.returncode == 0, out.stderr
+    assert f"(MLflow: sqlite:///{ds.resolve().parent / 'mlflow.db'}, experiment hpcvar-neighbourhood)" in out.stdout
     params = json.loads((tmp_path / "n" / "summary.json").read_text())["params"]
     # config.yaml sets no neighbourhood setting (only what differs from the defaults)
     assert params == {**NeighbourhoodSettings().as_dict(), **(workflow["analyses"].get("neighbourhood") or {}),
@@ -260,3 +261,17 @@ def test_help_and_inspect_start_without_the_settings_models_and_an_analysis_stil
     from hpcvar.cli import build_parser
 
     assert [a.option_strings for a in build_parser("")._actions if a.option_strings] == [["-h", "--help"]]
+
+
+def test_an_analysis_that_logs_nothing_to_mlflow_runs_without_importing_it(campaign, tmp_path):
+    """The overview is not tracked: its job does not pay for MLflow's import (about a second), and
+    says where its summary went without naming a store."""
+    ds = campaign("demo", 3, 2).dataset
+    probe = ("import sys\nfrom hpcvar.cli import main\ncode = main(sys.argv[1:])\n"
+             "print('mlflow imported:', 'mlflow' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", probe, "overview", str(ds), "--out", str(tmp_path / "o")],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    datasets = pd.read_parquet(ds / "runs")["dataset"].nunique()
+    assert out.stdout.splitlines() == [f"overview: {datasets} datasets -> {tmp_path / 'o' / 'summary.json'}",
+                                       "mlflow imported: False"], out.stdout

@@ -128,12 +128,13 @@ def cmd_analysis(a) -> int:
     only = getattr(a, "only", None)
     result = analysis.module.run(a.dataset, a.out, settings, only=only,
                                  **({"truth": a.truth} if analysis.takes_truth else {}))
-    from hpcvar import tracking
-
     written = Path(a.out) / ("parts/" + f"{only}.json" if only else "summary.json")
-    print(f"{a.cmd}: {len(result.datasets)} datasets -> {written}"
-          + (f" (MLflow: {tracking.tracking_uri(a.dataset)}, experiment {tracking.experiment(a.cmd)})"
-             if analysis.tracked else ""))
+    where = ""
+    if analysis.tracked:  # hpcvar.tracking imports MLflow (about a second): only for the analyses that log
+        from hpcvar import tracking
+
+        where = f" (MLflow: {tracking.tracking_uri(a.dataset)}, experiment {tracking.experiment(a.cmd)})"
+    print(f"{a.cmd}: {len(result.datasets)} datasets -> {written}{where}")
     return 0
 
 
