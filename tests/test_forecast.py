@@ -418,3 +418,20 @@ def test_mlflow_store(campaign):
         assert example.shape[1] == 10 and example.shape[2] == len(summary.datasets[name].importance)
         pred = np.asarray(att.predict(example))
         assert pred.shape == (len(example),) and np.isfinite(pred).all() and np.abs(pred).max() < 1
+
+
+def test_shuffled_batches_are_a_shuffling_dataloaders_batches():
+    """The networks' training batches: those of DataLoader(TensorDataset, batch_size, shuffle=True)
+    with the same seed, epoch after epoch, to the last bit (a last batch shorter than the rest)."""
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from hpcvar.analyses.forecast.attention import shuffled_batches
+
+    x, y = torch.randn(70, 4, 3), torch.randn(70, 2)
+    ours = shuffled_batches(x, y, 16, seed=5)
+    theirs = DataLoader(TensorDataset(x, y), batch_size=16, shuffle=True, generator=torch.Generator().manual_seed(5))
+    for _ in range(3):
+        a, b = list(ours), list(theirs)
+        assert [len(bx) for bx, _ in a] == [16, 16, 16, 16, 6]
+        assert len(a) == len(b) and all(torch.equal(ax, bx) and torch.equal(ay, by) for (ax, ay), (bx, by) in zip(a, b))

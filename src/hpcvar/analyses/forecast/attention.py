@@ -33,7 +33,7 @@ import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import BatchSampler, DataLoader, RandomSampler, TensorDataset
 
 
 def log_ratio(x):
@@ -227,6 +227,16 @@ def _initial(job: FitJob, hidden: int, lr: float, weight_decay: float) -> Attent
                                center=center, scale=scale, outputs=job.outputs)
 
 
+def shuffled_batches(x: torch.Tensor, y: torch.Tensor, batch_size: int, seed: int) -> DataLoader:
+    """``DataLoader(TensorDataset(x, y), batch_size, shuffle=True)`` with a generator seeded with
+    ``seed``: the same batches in the same order, drawn from the generator in the same order,
+    each batch taken from the tensors by one indexing rather than row by row and stacked."""
+    gen = torch.Generator().manual_seed(seed)
+    data = TensorDataset(x, y)
+    batches = BatchSampler(RandomSampler(data, generator=gen), batch_size=batch_size, drop_last=False)
+    return DataLoader(data, sampler=batches, batch_size=None, generator=gen)
+
+
 class Together(pl.LightningModule):
     """Several :class:`AttentionForecaster` networks in one training loop. A training step holds
     each network's next batch of its epoch; the loss is the sum of their losses (each network's
@@ -238,11 +248,9 @@ class Together(pl.LightningModule):
         self.automatic_optimization = False
         self.members = nn.ModuleList(members)
         self.training_networks = [True] * len(members)   # early stopping has not stopped them
-        gens = [torch.Generator().manual_seed(job.seed) for job in jobs]
         # The loaders training each network alone would use: the same batches, in the same order.
-        self.loaders = [DataLoader(TensorDataset(torch.as_tensor(j.x, dtype=torch.float32),
-                                                 torch.as_tensor(j.y, dtype=torch.float32)),
-                                   batch_size=batch_size, shuffle=True, generator=gen) for j, gen in zip(jobs, gens)]
+        self.loaders = [shuffled_batches(torch.as_tensor(j.x, dtype=torch.float32),
+                                         torch.as_tensor(j.y, dtype=torch.float32), batch_size, j.seed) for j in jobs]
         self.validation = [(torch.as_tensor(j.x_val, dtype=torch.float32), torch.as_tensor(j.y_val, dtype=torch.float32))
                            if j.has_validation else None for j in jobs]
         self.val_losses: dict[int, torch.Tensor] = {}  # the last validation's, by network
