@@ -251,10 +251,29 @@ def test_error_line_is_found_past_the_first_block(tmp_path: Path):
     assert path.stat().st_size > 2 * 2**20  # several pyarrow blocks
     lines[50_000] = lines[50_000].rsplit(b",", 1)[0] + b",1e3"
     path.write_bytes(b"\n".join(lines))
+    got = []
     with pytest.raises(ParseError, match="column 'b'") as err:
-        for _ in ldms.iter_chunks(path, chunk_rows=7_000):
-            pass
+        for frame in ldms.iter_chunks(path, chunk_rows=7_000):
+            got.append(frame)
     assert err.value.line == 50_001
+    # The chunks read ahead before the bad line all arrived first, whole and in order.
+    rows = pd.concat(got, ignore_index=True)
+    assert 0 < len(rows) <= 49_999 and len(rows) % 7_000 == 0
+    np.testing.assert_array_equal(rows[["a", "b"]].to_numpy(), values[: len(rows)])
+
+
+def test_a_stream_left_early_stops_its_read_ahead(tmp_path: Path):
+    """The thread that reads the next chunk ahead ends when the caller stops taking chunks."""
+    import threading
+
+    path = tmp_path / "store.csv"
+    with ldms.StoreCsvWriter(path, ["a"]) as writer:
+        writer.write_rows(1e9 + np.arange(5_000), "nid00001", 1, 0, np.arange(5_000, dtype=np.uint64)[:, None])
+    stream = ldms.iter_deltas(path, chunk_rows=100)
+    assert len(next(stream)) > 0
+    assert any(t.name == "hpcvar-read-ahead" for t in threading.enumerate())
+    stream.close()
+    assert not any(t.name == "hpcvar-read-ahead" for t in threading.enumerate())
 
 
 # ---------------------------------------------------------------------- wraps and resets
@@ -463,3 +482,18 @@ def test_slice_window_names_a_bad_time_with_its_line(tmp_path: Path):
     with pytest.raises(ParseError, match="Time 'yesterday' is not a number") as err:
         ldms.slice_window(bad, 0, 1e10, tmp_path / "slice")
     assert err.value.line == 4 and err.value.path == str(bad)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 4), st.sampled_from([0.0, 1.0, 1.0, 2.0, 3.5, float("nan")])), max_size=40),
+       st.booleans())
+def test_rows_are_put_in_producer_and_time_order_as_lexsort_puts_them(rows, presorted):
+    """The deltas' row order (the fast path for rows already in time order, lexsort otherwise):
+    by producer, then time, ties and NaN times as np.lexsort places them."""
+    from hpcvar.parsers.ldms.deltas import _order
+
+    if presorted:  # a store's usual case: every producer's rows in time order
+        rows = sorted(rows, key=lambda r: (np.isnan(r[1]), r[1]))
+    pid = np.array([r[0] for r in rows], dtype=np.int64)
+    time = np.array([r[1] for r in rows], dtype=float)
+    assert np.array_equal(_order(pid, time), np.lexsort((time, pid)))

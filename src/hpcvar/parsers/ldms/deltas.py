@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 
 from hpcvar.parsers.errors import ParseError
 from hpcvar.parsers.ldms.store import (CHUNK_ROWS, REORDER_WINDOW, WRAP_FRACTION, _columns, _file_chunks, _included,
-                                       _plan)
+                                       _plan, _read_ahead)
 
 
 # ---------------------------------------------------------------------------------- deltas
@@ -67,6 +67,17 @@ class _Rows:
                        zip([a.pid, a.time, a.component_id, a.job_id, a.file, a.line],
                            [b.pid, b.time, b.component_id, b.job_id, b.file, b.line])),
                      [np.concatenate([x, y]) for x, y in zip(a.values, b.values)])
+
+
+def _order(pid: np.ndarray, time: np.ndarray) -> np.ndarray:
+    """The rows' order by (producer, time), ties in arrival order: ``np.lexsort((time, pid))``.
+    A store's rows usually come in time order, and then a stable sort by producer alone gives
+    that order (in a fraction of lexsort's time); otherwise lexsort does."""
+    order = np.argsort(pid, kind="stable")
+    p, t = pid[order], time[order]
+    if np.all((p[1:] != p[:-1]) | (t[1:] >= t[:-1])):
+        return order
+    return np.lexsort((time, pid))
 
 
 def _wrap_bounds(dtype: np.dtype, bits: int, fraction: float) -> tuple[object, object, object] | None:
@@ -155,10 +166,12 @@ class _DeltaEngine:
         self.stats.samples += len(rows)
         self._check_order(rows)
         merged = _Rows.concat(self.pending, rows)
-        merged = self._drop_duplicates(merged.take(np.lexsort((merged.time, merged.pid))))
-        final = merged.time < self.newest[merged.pid] - self.window
-        self.pending = merged.take(~final)
-        return self._deltas(merged.take(final))
+        # The rows in (producer, time) order, as an index: each column is copied once, into the
+        # final rows or the held-back ones, not first into a sorted copy of them all.
+        order = self._drop_duplicates(merged, _order(merged.pid, merged.time))
+        final = merged.time[order] < self.newest[merged.pid[order]] - self.window
+        self.pending = merged.take(order[~final])
+        return self._deltas(merged.take(order[final]))
 
     def flush(self) -> pd.DataFrame | None:
         rows, self.pending = self.pending, self._rows_of_length(0)
@@ -179,26 +192,29 @@ class _DeltaEngine:
                               f"(expected at most the reorder window, {self.window} s)")
         np.maximum.at(self.newest, rows.pid, rows.time)
 
-    def _drop_duplicates(self, rows: _Rows) -> _Rows:
-        """Drop repeated (producer, time) samples; differing values for one sample are an error."""
-        dup = np.flatnonzero((rows.pid[1:] == rows.pid[:-1]) & (rows.time[1:] == rows.time[:-1])) + 1
+    def _drop_duplicates(self, rows: _Rows, order: np.ndarray) -> np.ndarray:
+        """``order`` (rows in (producer, time) order) without repeated (producer, time) samples;
+        differing values for one sample are an error."""
+        pid, time = rows.pid[order], rows.time[order]
+        dup = np.flatnonzero((pid[1:] == pid[:-1]) & (time[1:] == time[:-1])) + 1
         if not dup.size:
-            return rows
+            return order
+        this, other = order[dup], order[dup - 1]
         differ = np.zeros(dup.size, dtype=bool)
         for column in [rows.component_id, rows.job_id, *rows.values]:
-            same = column[dup] == column[dup - 1]
+            same = column[this] == column[other]
             if column.dtype.kind == "f":
-                same |= np.isnan(column[dup]) & np.isnan(column[dup - 1])
+                same |= np.isnan(column[this]) & np.isnan(column[other])
             differ |= ~same
         if differ.any():
-            i = dup[differ][0]
+            i, j = this[differ][0], other[differ][0]
             raise self._error(rows, i, f"two different samples of producer {self.names[rows.pid[i]]!r} at "
-                              f"{rows.time[i]:.6f} (the other: {self.files[rows.file[i - 1]].name} line "
-                              f"{rows.line[i - 1]}); expected one sample per producer and time")
+                              f"{rows.time[i]:.6f} (the other: {self.files[rows.file[j]].name} line "
+                              f"{rows.line[j]}); expected one sample per producer and time")
         self.stats.duplicates += dup.size
-        keep = np.ones(len(rows), dtype=bool)
+        keep = np.ones(len(order), dtype=bool)
         keep[dup] = False
-        return rows.take(keep)
+        return order[keep]
 
     def _deltas(self, rows: _Rows) -> pd.DataFrame | None:
         """Deltas of final rows sorted by (producer, time), against each producer's previous sample."""
@@ -269,7 +285,7 @@ def iter_deltas(paths: str | Path | Iterable[str | Path], metrics: Sequence[str]
                           stats if stats is not None else DeltaStats())
     for layout in plan.layouts:
         include = _included(layout, chosen)
-        for start, table in _file_chunks(layout, plan.types, include, chunk_rows):
+        for start, table in _read_ahead(_file_chunks(layout, plan.types, include, chunk_rows)):
             first_line = layout.skip_rows + start + 1
             columns = _columns(table, layout, chosen, first_line)
             out = engine.feed(engine.rows(columns, layout.path, first_line))

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import csv
 import itertools
+import queue
 import re
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -225,6 +227,52 @@ def _file_chunks(layout: _Layout, types: dict[str, pa.DataType], include: list[s
         yield yielded, pa.Table.from_batches(held)
 
 
+def _read_ahead(items: Iterator, ahead: int = 1) -> Iterator:
+    """``items``, produced by a thread of their own up to ``ahead`` items before they are taken:
+    pyarrow parses the next chunk (C++, without the GIL) while the caller works on this one, so
+    the memory is that of ``ahead`` more chunks. An exception of ``items`` reaches the caller
+    where it occurred, after every item before it; closing the iterator stops the thread."""
+    done = object()
+    handoff: queue.Queue = queue.Queue(maxsize=ahead)
+    stop = threading.Event()
+
+    def put(entry) -> bool:
+        while not stop.is_set():
+            try:
+                handoff.put(entry, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for item in items:
+                if not put((item, None)):
+                    return
+            put((done, None))
+        except BaseException as exc:  # noqa: BLE001  (handed to the caller, raised there)
+            put((done, exc))
+        finally:
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()
+
+    thread = threading.Thread(target=produce, name="hpcvar-read-ahead", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item, exc = handoff.get()
+            if item is done:
+                if exc is not None:
+                    raise exc
+                return
+            yield item
+    finally:
+        stop.set()
+        thread.join()
+
+
 def _batches(layout: _Layout, types: dict[str, pa.DataType], include: list[str],
              *options: object) -> Iterator[pa.RecordBatch]:
     """pyarrow's streaming reader, with its errors turned into ParseErrors naming the line."""
@@ -331,13 +379,14 @@ def iter_chunks(paths: str | Path | Iterable[str | Path], columns: Sequence[str]
     (int64, 0 when the store lacks them), ``app_id`` when the store has it, then the metric columns
     under their original names (uint64, int64 or float64, see the module docstring). ``columns``
     picks metrics (default: all); a named metric missing from a file is a ParseError. Memory is
-    bounded (one chunk plus pyarrow's read-ahead of 1 MiB blocks) whatever the file size.
+    bounded (the chunk being taken, the next one, read ahead by a thread while this one is
+    used, and pyarrow's read-ahead of 1 MiB blocks) whatever the file size.
     """
     plan = _plan(paths)
     for layout in plan.layouts:
         metrics = _select_metrics(layout, columns)
         include = _included(layout, metrics)
-        for start, table in _file_chunks(layout, plan.types, include, chunk_rows):
+        for start, table in _read_ahead(_file_chunks(layout, plan.types, include, chunk_rows)):
             first_line = layout.skip_rows + start + 1
             frame = pa.Table.from_pydict(_columns(table, layout, metrics, first_line))
             # split_blocks: one array per column, no copy into a consolidated 2-D block.
