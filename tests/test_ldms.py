@@ -497,3 +497,23 @@ def test_rows_are_put_in_producer_and_time_order_as_lexsort_puts_them(rows, pres
     pid = np.array([r[0] for r in rows], dtype=np.int64)
     time = np.array([r[1] for r in rows], dtype=float)
     assert np.array_equal(_order(pid, time), np.lexsort((time, pid)))
+
+
+def test_the_read_ahead_holds_at_most_one_chunk_more_than_the_caller():
+    """Memory stays one chunk above the caller's: the thread reads the next chunk, then waits."""
+    import time
+
+    from hpcvar.parsers.ldms.store import _read_ahead
+
+    made = []
+
+    def chunks():
+        for i in range(10):
+            made.append(i)
+            yield i
+
+    stream = _read_ahead(chunks())
+    assert next(stream) == 0
+    time.sleep(0.3)  # time for the thread to run ahead as far as it may
+    assert made in ([0], [0, 1])
+    stream.close()

@@ -228,31 +228,32 @@ def _file_chunks(layout: _Layout, types: dict[str, pa.DataType], include: list[s
 
 
 def _read_ahead(items: Iterator, ahead: int = 1) -> Iterator:
-    """``items``, produced by a thread of their own up to ``ahead`` items before they are taken:
+    """``items``, produced by a thread of their own at most ``ahead`` items before they are taken:
     pyarrow parses the next chunk (C++, without the GIL) while the caller works on this one, so
     the memory is that of ``ahead`` more chunks. An exception of ``items`` reaches the caller
     where it occurred, after every item before it; closing the iterator stops the thread."""
     done = object()
-    handoff: queue.Queue = queue.Queue(maxsize=ahead)
+    handoff: queue.Queue = queue.Queue()
+    slots = threading.Semaphore(ahead)  # taken before an item is read, given back as it is taken
     stop = threading.Event()
 
-    def put(entry) -> bool:
+    def reserve() -> bool:
         while not stop.is_set():
-            try:
-                handoff.put(entry, timeout=0.1)
+            if slots.acquire(timeout=0.1):
                 return True
-            except queue.Full:
-                continue
         return False
 
     def produce() -> None:
         try:
-            for item in items:
-                if not put((item, None)):
+            while reserve():
+                try:
+                    item = next(items)
+                except StopIteration:
+                    handoff.put((done, None))
                     return
-            put((done, None))
+                handoff.put((item, None))
         except BaseException as exc:  # noqa: BLE001  (handed to the caller, raised there)
-            put((done, exc))
+            handoff.put((done, exc))
         finally:
             close = getattr(items, "close", None)
             if close is not None:
@@ -267,10 +268,12 @@ def _read_ahead(items: Iterator, ahead: int = 1) -> Iterator:
                 if exc is not None:
                     raise exc
                 return
+            slots.release()
             yield item
     finally:
         stop.set()
-        thread.join()
+        if thread is not threading.current_thread():  # the collector may close a stream on any thread
+            thread.join()
 
 
 def _batches(layout: _Layout, types: dict[str, pa.DataType], include: list[str],
