@@ -179,7 +179,8 @@ def test_snakemake_killed_during_a_round_resumes_without_duplicates(cluster, wor
 
 def test_a_timed_out_run_is_recorded_with_its_state(cluster, workdir):
     """Round 5: the collectives run outlives the job's time limit (Slurm ends it: TIMEOUT)."""
-    out = _run(workdir, cluster, rounds=5, iterations=500_000_000, extra=("-S", "Collectives.time_limit=1m"))
+    round5 = dict(rounds=5, iterations=500_000_000, extra=("-S", "Collectives.time_limit=1m"))
+    out = _run(workdir, cluster, **round5)
     assert out.returncode == 0, out.stderr[-4000:]
     res = workdir / "results"
     quarantine = [json.loads(line) for line in (res / "dataset" / "quarantine.jsonl").read_text().splitlines()]
@@ -198,7 +199,7 @@ def test_a_timed_out_run_is_recorded_with_its_state(cluster, workdir):
     assert (res / "report.html").stat().st_mtime >= (res / "summary.txt").stat().st_mtime
     assert "8 runs" in (res / "summary.txt").read_text().splitlines()[0]
     # Nothing to do again: the whole workflow, analyses and report included.
-    again = _run(workdir, cluster, rounds=5, iterations=500_000_000, extra=("-S", "Collectives.time_limit=1m"))
+    again = _run(workdir, cluster, **round5)
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
 
 
