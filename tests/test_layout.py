@@ -111,3 +111,22 @@ def test_helpers_and_models_build_on_no_stage():
             assert not edges, f"{name} imports {sorted(edges)}"
         elif within(name, ("hpcvar.data", "hpcvar.system")):
             assert all(within(e, below) for e in edges), f"{name} imports {sorted(edges)}"
+
+
+def test_the_reframe_suite_loads_without_pandas():
+    """ReFrame imports every file of the suite at each start (a campaign round, each test's own
+    ReFrame run): what the suite imports from hpcvar at module level (the raw layout's names, the
+    container helpers, the grids) must not pull in pandas, about half a second of every start.
+    (``import hpcvar.parsers.errors`` used to import every format's reader.)"""
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    files = sorted(p for p in (repo / "reframe_tests").rglob("*.py") if "build" not in p.parts)
+    modules = [".".join(p.relative_to(repo).with_suffix("").parts).removesuffix(".__init__") for p in files]
+    code = ("import importlib, sys\n"
+            f"for m in {modules!r}: importlib.import_module(m)\n"
+            "print(sorted(m for m in ('pandas', 'pyarrow', 'hpcvar.parsers.sacct') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=repo)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert len(modules) > 10 and "reframe_tests.common.containers" in modules
+    assert out.stdout.strip() == "[]", out.stdout

@@ -7,15 +7,24 @@ what was found, or the clear error) for ``hpcvar inspect``.
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from types import ModuleType
 
-from hpcvar.parsers import apps, counters, cxi_summary, ldms, microbenchmarks, mpip, node_counters, reframe, sacct
 from hpcvar.parsers.errors import ParseError
 
-#: Sniffed in this order; the first module whose ``sniff`` says yes reads the file.
-FORMATS: tuple[ModuleType, ...] = (counters, node_counters, microbenchmarks, ldms, mpip, reframe, sacct, apps, cxi_summary)
+#: The format modules, sniffed in this order; the first whose ``sniff`` says yes reads the file.
+#: Imported when a file is detected, not with the package: importing one module of the package
+#: (``hpcvar.parsers.errors``, needed by the raw layout the ReFrame suite imports) must not import
+#: pandas through every format's reader.
+FORMAT_NAMES = ("counters", "node_counters", "microbenchmarks", "ldms", "mpip", "reframe", "sacct", "apps",
+                "cxi_summary")
 HEAD_BYTES = 8192
+
+
+def formats() -> tuple[ModuleType, ...]:
+    """The format modules, in :data:`FORMAT_NAMES`' order."""
+    return tuple(importlib.import_module(f"hpcvar.parsers.{name}") for name in FORMAT_NAMES)
 
 
 def head_of(path: str | Path) -> str:
@@ -26,7 +35,7 @@ def head_of(path: str | Path) -> str:
 def detect(path: str | Path) -> ModuleType | None:
     head = head_of(path)
     name = Path(path).name
-    return next((m for m in FORMATS if m.sniff(head, name)), None)
+    return next((m for m in formats() if m.sniff(head, name)), None)
 
 
 def inspect(path: str | Path) -> dict:
@@ -49,4 +58,4 @@ def inspect(path: str | Path) -> dict:
                 "error": str(exc)}
 
 
-__all__ = ["FORMATS", "ParseError", "detect", "inspect"]
+__all__ = ["FORMAT_NAMES", "ParseError", "detect", "formats", "inspect"]
