@@ -192,6 +192,32 @@ def test_networks_trained_together_are_the_networks_trained_alone():
             assert torch.equal(a, b), name
 
 
+def test_adamw_multi_tensor_update_gives_the_weights_of_the_one_tensor_loop(monkeypatch):
+    """The networks train with AdamW's multi-tensor (foreach) update, which PyTorch uses by
+    default only on GPUs: the weights are, to the last bit, those of its default loop on the CPU
+    (the one the forecaster used before), with networks that skip steps (no batch) among them."""
+    import torch
+
+    from hpcvar.analyses.forecast import attention
+
+    rng = np.random.default_rng(3)
+    kw = dict(hidden=16, lr=3e-3, weight_decay=0.01, max_epochs=8, patience=3, batch_size=32)
+    jobs = []
+    for i, n in enumerate((160, 60)):  # the second network has no batch in most steps
+        x = rng.normal(0, 0.2, (n, 4, 3))
+        y = np.log1p(np.clip(x[:, :, 0].mean(axis=1) + rng.normal(0, 0.02, n), -0.5, None))
+        jobs.append(attention.FitJob(x[n // 4:], y[n // 4:], x[: n // 4], y[: n // 4], seed=20 + i))
+    multi = attention.fit_many(jobs, **kw)
+    assert attention.adamw([torch.zeros(1, requires_grad=True)], 1e-3, 0.0).defaults["foreach"] is True
+    monkeypatch.setattr(attention, "adamw", lambda params, lr, weight_decay: torch.optim.AdamW(
+        params, lr=lr, weight_decay=weight_decay, foreach=False))
+    single = attention.fit_many(jobs, **kw)
+    for a_net, b_net in zip(single, multi):
+        for (name, a), (_, b) in zip(a_net.state_dict().items(), b_net.state_dict().items()):
+            assert torch.equal(a, b), name
+        assert not torch.equal(a_net.head[-1].weight, torch.zeros_like(a_net.head[-1].weight))  # it trained
+
+
 def test_profile_extends_past_the_training_runs():
     s = synthetic(n_runs=4, steps=10)
     p = windows.Profile.fit(s, np.arange(4)).extended(25)

@@ -111,12 +111,20 @@ class AttentionForecaster(pl.LightningModule):
         self.log("val_loss", forecast_loss(self, *batch), prog_bar=False)
 
     def configure_optimizers(self):
-        return torch.optim.AdamW(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
+        return adamw(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
 
     def predict(self, x: np.ndarray) -> np.ndarray:
         self.eval()
         with torch.no_grad():
             return self(torch.as_tensor(x, dtype=torch.float32)).numpy().astype(float)
+
+
+def adamw(parameters, lr: float, weight_decay: float) -> torch.optim.AdamW:
+    """AdamW with its multi-tensor (``foreach``) update, which PyTorch uses by default only on
+    GPUs: the same arithmetic in the same order for every weight (bit for bit the weights the
+    one-tensor-at-a-time loop gives: tests/test_forecast.py), in half the time for the
+    many small tensors of a grid cell's networks."""
+    return torch.optim.AdamW(parameters, lr=lr, weight_decay=weight_decay, foreach=True)
 
 
 def forecast_loss(module: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -257,7 +265,7 @@ class Together(pl.LightningModule):
 
     def configure_optimizers(self):
         first = self.members[0].hparams
-        return torch.optim.AdamW(self.parameters(), lr=first.lr, weight_decay=first.weight_decay)
+        return adamw(self.parameters(), lr=first.lr, weight_decay=first.weight_decay)
 
     def training_step(self, batches, batch_idx):
         optimizer = self.optimizers()
