@@ -237,8 +237,12 @@ def test_the_report_names_the_culprit_and_the_cpu_share(campaign):
 def test_without_the_culprit_no_traffic_user_is_blamed_with_confidence(campaign, tmp_path):
     """The control: the runs of the rounds without the culprit, analysed alone. Its decoys'
     traffic never crossed a global link: none may come out as a confident cause (Pearson
-    p < 0.05 with runs slower beside them)."""
+    p < 0.05 with runs slower beside them), with Holm's correction over the decoys and datasets
+    tested together: each of them at 0.05 alone, two decoys in three datasets would blame one by
+    chance about once in four campaigns (a full-suite run here found p = 0.049 for one decoy in
+    amgproxy-2, from 6 runs of which 3 were beside it)."""
     from hpcvar.analyses import neighbourhood
+    from hpcvar.analyses.compare.stats import holm
 
     ds = campaign["dataset"]
     runs = campaign_truth.runs_with_truth(ds.read("runs"), campaign["truth"])
@@ -251,7 +255,8 @@ def test_without_the_culprit_no_traffic_user_is_blamed_with_confidence(campaign,
                          for t in ("runs", "steps", "neighbourhood") if not (frame := ds.read(t)).empty})
     result = neighbourhood.run(out, tmp_path / "nb", {"threshold_nodes": 1, "min_runs": 2})
     roles = campaign["roles"]
-    for name, d in result.datasets.items():
-        for u in d.top_users_by_nodes_r:
-            if roles.get(u.user, "").startswith("decoy (traffic"):
-                assert not (u.nodes_p is not None and u.nodes_p < 0.05 and u.nodes_r > 0), (name, u)
+    tested = [(name, u) for name, d in result.datasets.items() for u in d.top_users_by_nodes_r
+              if roles.get(u.user, "").startswith("decoy (traffic") and u.nodes_p is not None]
+    assert tested, "no decoy was tested"
+    for (name, u), p in zip(tested, holm([u.nodes_p for _, u in tested])):
+        assert not (p < 0.05 and u.nodes_r > 0), (name, u, f"Holm-adjusted p {p:.3g} of {len(tested)} tests")
