@@ -97,3 +97,31 @@ def test_rounds_beyond_the_campaigns_are_drawn_one_by_one(topology):
 def test_an_unknown_design_is_refused_by_name(topology):
     with pytest.raises(bgmod.BackgroundError, match="design 'latin'"):
         bgmod.Background.from_config({"jobs": JOBS, "design": "latin"}, topology, rounds=12)
+
+
+def test_the_design_is_drawn_once_per_campaign_and_kept_in_its_results(topology, tmp_path, monkeypatch):
+    """Each round is a process of its own: the first draws the balanced design (about a second)
+    and keeps it in the campaign's results (background/design.json), the others read it and plant
+    exactly what they would have drawn. A file drawn for other inputs, or unreadable, is drawn
+    again and replaced."""
+    doc = {"seed": 7, "jobs": JOBS, "upgrade": {"round": 7, "global_rate": "15mbit"}}
+    bg = bgmod.Background.from_config(doc, topology, rounds=12)
+    drawn = [bgmod.plan(bg, f"{i:03d}", i) for i in range(1, 13)]
+    first = bgmod.plan(bg, "001", 1, results=tmp_path)
+    stored = tmp_path / bgmod.DESIGN_FILE
+    assert first == drawn[0] and stored.exists()
+
+    def no_draw(_bg):
+        raise AssertionError("drawn again")
+
+    monkeypatch.setattr(bgmod, "schedule", no_draw)
+    assert [bgmod.plan(bg, f"{i:03d}", i, results=tmp_path) for i in range(1, 13)] == drawn
+    monkeypatch.undo()
+
+    # Another seed: its own design, replacing the file.
+    other = bgmod.Background.from_config({**doc, "seed": 8}, topology, rounds=12)
+    assert bgmod.plan(other, "004", 4, results=tmp_path) == bgmod.plan(other, "004", 4)
+    assert yaml.safe_load(stored.read_text())["inputs"]["seed"] == 8
+    stored.write_text('{"inputs": ')  # cut short
+    assert bgmod.plan(bg, "009", 9, results=tmp_path) == drawn[8]
+    assert yaml.safe_load(stored.read_text())["inputs"]["seed"] == 7

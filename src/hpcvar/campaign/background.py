@@ -197,6 +197,34 @@ def _better_exchange(design: np.ndarray, after: np.ndarray, score: tuple) -> tup
     return None
 
 
+#: The balanced design's file in a campaign's results (``background/design.json``): drawn by the
+#: first round, read by the others. Its ``inputs`` are everything the draw depends on.
+DESIGN_FILE = Path("background") / "design.json"
+
+
+def _design_inputs(bg: Background) -> dict:
+    return {"algorithm": "balanced-1", "draws": DRAWS, "seed": bg.seed, "rounds": bg.rounds,
+            "upgrade_round": bg.upgrade_round, "counts": [int(round(job.share * bg.rounds)) for job in bg.jobs]}
+
+
+def stored_schedule(bg: Background, path: Path) -> np.ndarray:
+    """:func:`schedule`, kept in ``path`` for the campaign's other rounds: each round is a process
+    of its own, and the draw takes about a second of each. A file drawn for other inputs (another
+    seed, number of rounds, upgrade or shares) is drawn again and replaced."""
+    inputs = _design_inputs(bg)
+    try:
+        doc = json.loads(path.read_text())
+        if doc.get("inputs") == inputs:
+            return np.array(doc["design"], dtype=bool).reshape(bg.rounds, len(bg.jobs))
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # missing, unreadable or from another design: drawn again below
+    design = schedule(bg)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(path, {"inputs": inputs, "design": design.astype(int).tolist(),
+                             "jobs": [job.user for job in bg.jobs]})
+    return design
+
+
 @lru_cache(maxsize=8)
 def schedule(bg: Background) -> np.ndarray:
     """The balanced design: rounds x jobs, True where the job is present (see the module's text).
@@ -225,15 +253,17 @@ def schedule(bg: Background) -> np.ndarray:
     return best
 
 
-def plan(bg: Background, round_id: str, index: int) -> Planted:
+def plan(bg: Background, round_id: str, index: int, results: Path | None = None) -> Planted:
     """Who is present in round ``index`` (1-based) and where: the same for the same seed, design
-    and number of rounds."""
+    and number of rounds. With ``results`` (the campaign's), the balanced design is kept there
+    (:data:`DESIGN_FILE`) for the other rounds."""
     rng = np.random.default_rng([bg.seed, index])
     groups = _groups(bg.topology)
     rate = bg.upgrade_rate if bg.upgrade_round is not None and index >= bg.upgrade_round else None
     planted = Planted(round_id, index, rate)
     balanced = bg.design == "balanced" and bg.rounds is not None and index <= bg.rounds
-    design = schedule(bg)[index - 1] if balanced else None
+    design = ((stored_schedule(bg, Path(results) / DESIGN_FILE) if results is not None else schedule(bg))[index - 1]
+              if balanced else None)
     for k, job in enumerate(bg.jobs):
         drawn = rng.random() < job.share  # drawn either way: the placements do not depend on the design
         present = bool(design[k]) if balanced else drawn

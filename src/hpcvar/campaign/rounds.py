@@ -124,7 +124,7 @@ def run_round(report: str | Path, *, config: str, system: str, checks: list[str]
         from hpcvar.campaign import background as bgmod
 
         bg = bgmod.Background.from_config(background, topology, rounds)
-        planted = bgmod.plan(bg, report.parent.name, round_index or 1)
+        planted = bgmod.plan(bg, report.parent.name, round_index or 1, results=report.parent.parent.parent)
         bgmod.set_fabric(bg, planted)
         bg_ids = bgmod.submit(planted, report.parent.parent.parent, env)
         who = ", ".join(f"{j['user']} ({j['kind']}) on {','.join(j['nodes'])}" for j in planted.jobs) or "none"
