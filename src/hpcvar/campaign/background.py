@@ -202,9 +202,14 @@ def _better_exchange(design: np.ndarray, after: np.ndarray, score: tuple) -> tup
 DESIGN_FILE = Path("background") / "design.json"
 
 
+def _counts(bg: Background) -> list[int]:
+    """Rounds each job is present in, in the balanced design: its share of the campaign's rounds."""
+    return [int(round(job.share * bg.rounds)) for job in bg.jobs]
+
+
 def _design_inputs(bg: Background) -> dict:
     return {"algorithm": "balanced-1", "draws": DRAWS, "seed": bg.seed, "rounds": bg.rounds,
-            "upgrade_round": bg.upgrade_round, "counts": [int(round(job.share * bg.rounds)) for job in bg.jobs]}
+            "upgrade_round": bg.upgrade_round, "counts": _counts(bg)}
 
 
 def stored_schedule(bg: Background, path: Path) -> np.ndarray:
@@ -238,7 +243,7 @@ def schedule(bg: Background) -> np.ndarray:
         raise BackgroundError("a balanced background needs the campaign's number of rounds")
     n = bg.rounds
     rng = np.random.default_rng([bg.seed, n])
-    counts = [int(round(job.share * n)) for job in bg.jobs]
+    counts = _counts(bg)
     after = (np.arange(1, n + 1) >= (bg.upgrade_round or n + 1))[:, None]
     best, best_score = None, (np.inf, np.inf)
     for _ in range(DRAWS):
