@@ -169,9 +169,10 @@ def test_attention_learns_how_a_slow_stretch_fades():
 
 
 def test_networks_trained_together_are_the_networks_trained_alone():
-    """fit_many trains a cell's networks in one loop: each is, to the last bit, the network its
-    own fit gives (its weights, batches, AdamW steps, early stopping and best weights), whether
-    it has validation windows or not, whatever its width and however long it trains."""
+    """fit_many trains a cell's networks in one loop, those of one shape stacked into one model:
+    each is, to the last bit, the network its own fit gives (its weights, batches, AdamW steps,
+    early stopping and best weights), whether it has validation windows or not, whatever its width
+    and however long it trains."""
     import torch
 
     from hpcvar.analyses.forecast import attention
@@ -179,7 +180,7 @@ def test_networks_trained_together_are_the_networks_trained_alone():
     rng = np.random.default_rng(1)
     kw = dict(hidden=16, lr=3e-3, weight_decay=0.01, max_epochs=12, patience=2, batch_size=32)
     jobs = []
-    for i, (n, f) in enumerate(((150, 3), (70, 1), (110, 5), (90, 3))):
+    for i, (n, f) in enumerate(((150, 3), (70, 3), (110, 5), (90, 3))):
         x = rng.normal(0, 0.2, (n, 4, f))
         y = np.log1p(np.clip(x[:, :, 0].mean(axis=1, keepdims=True) * [[1.0, 0.5]] + rng.normal(0, 0.02, (n, 2)),
                              -0.5, None))
@@ -192,30 +193,36 @@ def test_networks_trained_together_are_the_networks_trained_alone():
             assert torch.equal(a, b), name
 
 
-def test_adamw_multi_tensor_update_gives_the_weights_of_the_one_tensor_loop(monkeypatch):
-    """The networks train with AdamW's multi-tensor (foreach) update, which PyTorch uses by
-    default only on GPUs: the weights are, to the last bit, those of its default loop on the CPU
-    (the one the forecaster used before), with networks that skip steps (no batch) among them."""
+def test_masked_adamw_is_adamw_on_the_rows_it_steps():
+    """The stacked networks' optimizer: on the rows marked active, torch.optim.AdamW's own update
+    (its multi-tensor loop) to the last bit, each row counting its own steps; the other rows keep
+    their weights and moments, as a network alone that had no batch in that step."""
     import torch
 
     from hpcvar.analyses.forecast import attention
 
-    rng = np.random.default_rng(3)
-    kw = dict(hidden=16, lr=3e-3, weight_decay=0.01, max_epochs=8, patience=3, batch_size=32)
-    jobs = []
-    for i, n in enumerate((160, 60)):  # the second network has no batch in most steps
-        x = rng.normal(0, 0.2, (n, 4, 3))
-        y = np.log1p(np.clip(x[:, :, 0].mean(axis=1) + rng.normal(0, 0.02, n), -0.5, None))
-        jobs.append(attention.FitJob(x[n // 4:], y[n // 4:], x[: n // 4], y[: n // 4], seed=20 + i))
-    multi = attention.fit_many(jobs, **kw)
-    assert attention.adamw([torch.zeros(1, requires_grad=True)], 1e-3, 0.0).defaults["foreach"] is True
-    monkeypatch.setattr(attention, "adamw", lambda params, lr, weight_decay: torch.optim.AdamW(
-        params, lr=lr, weight_decay=weight_decay, foreach=False))
-    single = attention.fit_many(jobs, **kw)
-    for a_net, b_net in zip(single, multi):
-        for (name, a), (_, b) in zip(a_net.state_dict().items(), b_net.state_dict().items()):
-            assert torch.equal(a, b), name
-        assert not torch.equal(a_net.head[-1].weight, torch.zeros_like(a_net.head[-1].weight))  # it trained
+    torch.manual_seed(0)
+    start = torch.randn(3, 7)
+    stacked = torch.nn.Parameter(start.clone())
+    rows = [torch.nn.Parameter(start[r].clone()) for r in range(3)]
+    ours = attention.MaskedAdamW([stacked], lr=3e-3, weight_decay=0.01)
+    theirs = [torch.optim.AdamW([p], lr=3e-3, weight_decay=0.01, foreach=True) for p in rows]
+    for step in range(40):
+        grads = torch.randn(3, 7)
+        active = torch.tensor([True, step % 3 == 0, step < 5])  # row 1 skips steps, row 2 stops early
+        ours.zero_grad()
+        (stacked * grads).sum().backward()
+        ours.active = active
+        ours.step()
+        for r, p in enumerate(rows):
+            if active[r]:
+                theirs[r].zero_grad()
+                (p * grads[r]).sum().backward()
+                theirs[r].step()
+    for r, p in enumerate(rows):
+        assert torch.equal(stacked.detach()[r], p.detach()), r
+        assert torch.equal(ours.state[stacked]["exp_avg_sq"][r], theirs[r].state[p]["exp_avg_sq"]), r
+    assert not torch.equal(stacked.detach()[2], start[2])  # it was stepped, then left alone
 
 
 def test_profile_extends_past_the_training_runs():
@@ -446,18 +453,18 @@ def test_mlflow_store(campaign):
         assert pred.shape == (len(example),) and np.isfinite(pred).all() and np.abs(pred).max() < 1
 
 
-def test_shuffled_batches_are_a_shuffling_dataloaders_batches():
+def test_epoch_batches_are_a_shuffling_dataloaders_batches():
     """The networks' training batches: those of DataLoader(TensorDataset, batch_size, shuffle=True)
     with the same seed, epoch after epoch, to the last bit (a last batch shorter than the rest)."""
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
-    from hpcvar.analyses.forecast.attention import shuffled_batches
+    from hpcvar.analyses.forecast.attention import epoch_batches
 
     x, y = torch.randn(70, 4, 3), torch.randn(70, 2)
-    ours = shuffled_batches(x, y, 16, seed=5)
+    generator = torch.Generator().manual_seed(5)
     theirs = DataLoader(TensorDataset(x, y), batch_size=16, shuffle=True, generator=torch.Generator().manual_seed(5))
     for _ in range(3):
-        a, b = list(ours), list(theirs)
-        assert [len(bx) for bx, _ in a] == [16, 16, 16, 16, 6]
-        assert len(a) == len(b) and all(torch.equal(ax, bx) and torch.equal(ay, by) for (ax, ay), (bx, by) in zip(a, b))
+        a, b = epoch_batches(70, 16, generator), list(theirs)
+        assert [len(i) for i in a] == [16, 16, 16, 16, 6]
+        assert len(a) == len(b) and all(torch.equal(x[i], bx) and torch.equal(y[i], by) for i, (bx, by) in zip(a, b))

@@ -22,7 +22,6 @@ model takes raw relative deviations (what :mod:`hpcvar.analyses.forecast.windows
 
 from __future__ import annotations
 
-import copy
 import logging
 import warnings
 from contextlib import contextmanager
@@ -33,7 +32,7 @@ import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.data import BatchSampler, DataLoader, RandomSampler, TensorDataset
+from torch.utils.data import BatchSampler, DataLoader, RandomSampler
 
 
 def log_ratio(x):
@@ -45,8 +44,9 @@ def log_ratio(x):
 
 
 def persistence_log_ratio(x: torch.Tensor) -> torch.Tensor:
-    """log of the window's mean duration ratio to the profile (feature 0 is the duration deviation)."""
-    return torch.log(torch.clamp(1.0 + x[:, :, 0], min=1e-3).mean(dim=1))
+    """log of the window's mean duration ratio to the profile (feature 0 is the duration deviation):
+    windows (..., m, F) -> (...)."""
+    return torch.log(torch.clamp(1.0 + x[..., 0], min=1e-3).mean(dim=-1))
 
 
 class AttentionForecaster(pl.LightningModule):
@@ -200,25 +200,29 @@ def fit(x: np.ndarray, y: np.ndarray, x_val: np.ndarray | None, y_val: np.ndarra
 def fit_many(jobs: list[FitJob], *, hidden: int, lr: float, weight_decay: float, max_epochs: int, patience: int,
              batch_size: int) -> list[AttentionForecaster]:
     """Train every job's network in one training loop (:class:`Together`): a grid cell's folds,
-    feature sets and ensemble members are a few dozen networks of a few thousand weights, which
-    trained one by one spend most of their time in setting up and tearing down the loop. Each
-    network trains as it would alone, to the last bit: its own weights (from its seed), its own
-    shuffled batches (its own DataLoader and generator), its forward, loss and backward on its own
-    batch, its own AdamW state (a network without a batch in a step is not stepped), and early
-    stopping and best weights on its own validation windows (:class:`TogetherEarlyStopping`: the
-    untrained model, pure persistence, is the first candidate). Returns the networks in the
-    jobs' order."""
+    feature sets and ensemble members are a few dozen networks of a few thousand weights. Networks
+    of one shape (features, window, horizons) are trained as one stacked model (:class:`Stack`):
+    each layer is one batched matrix product for all of them, not one small product per network
+    (on a MILC cell, 0.9 of the time of training them one at a time:
+    benchmarks/bench_attention_stack.py; the arithmetic itself is most of the rest). Each network
+    still trains as it would alone,
+    to the last bit: its own weights (from its seed), its own shuffled batches (its own generator,
+    :func:`epoch_batches`), its own loss, its own AdamW state (a network without a batch in a step
+    is not stepped: :class:`MaskedAdamW`), and early stopping and best weights on its own
+    validation windows (:class:`TogetherEarlyStopping`: the untrained model, pure persistence, is
+    the first candidate). Returns the networks in the jobs' order."""
     members = [_initial(job, hidden, lr, weight_decay) for job in jobs]
     together = Together(members, jobs, batch_size)
-    validating = any(job.has_validation for job in jobs)
+    validating = bool(together.has_validation.any())
     stopping = TogetherEarlyStopping(together, patience)
     with quiet_lightning():
         trainer = pl.Trainer(accelerator="cpu", devices=1, max_epochs=max_epochs, enable_progress_bar=False,
                              logger=False, enable_checkpointing=False, enable_model_summary=False,
                              deterministic=True, callbacks=[stopping], num_sanity_val_steps=0,
                              limit_val_batches=None if validating else 0)
-        trainer.fit(together, DataLoader(_Epoch(together), batch_size=None),
-                    DataLoader(_Validation(together), batch_size=None) if validating else None)
+        trainer.fit(together, DataLoader(_Epoch(together), batch_size=None, collate_fn=_unchanged),
+                    DataLoader(_Validation(), batch_size=None, collate_fn=_unchanged) if validating else None)
+    together.unstack()
     for member in members:
         member.eval()
     return members
@@ -235,82 +239,269 @@ def _initial(job: FitJob, hidden: int, lr: float, weight_decay: float) -> Attent
                                center=center, scale=scale, outputs=job.outputs)
 
 
-def shuffled_batches(x: torch.Tensor, y: torch.Tensor, batch_size: int, seed: int) -> DataLoader:
-    """``DataLoader(TensorDataset(x, y), batch_size, shuffle=True)`` with a generator seeded with
-    ``seed``: the same batches in the same order, drawn from the generator in the same order,
-    each batch taken from the tensors by one indexing rather than row by row and stacked."""
-    gen = torch.Generator().manual_seed(seed)
-    data = TensorDataset(x, y)
-    batches = BatchSampler(RandomSampler(data, generator=gen), batch_size=batch_size, drop_last=False)
-    return DataLoader(data, sampler=batches, batch_size=None, generator=gen)
+def _unchanged(item):
+    """The data loaders' items as they are (lists of index arrays, or None)."""
+    return item
+
+
+def epoch_batches(n: int, batch_size: int, generator: torch.Generator) -> list[list[int]]:
+    """One epoch's batches of row indices: those of ``DataLoader(TensorDataset(...), batch_size,
+    shuffle=True, generator=generator)`` over ``n`` rows, drawn from the generator in the same
+    order (the loader's base seed, then the sampler's permutations), epoch after epoch."""
+    torch.empty((), dtype=torch.int64).random_(generator=generator)  # the DataLoader's _base_seed
+    return list(BatchSampler(RandomSampler(range(n), generator=generator), batch_size=batch_size, drop_last=False))
+
+
+class Layout:
+    """Where each weight of an :class:`AttentionForecaster` of one shape sits in a row of numbers."""
+
+    def __init__(self, member: AttentionForecaster):
+        self.shapes = {name: tuple(p.shape) for name, p in member.named_parameters()}
+        self.slices, start = {}, 0
+        for name, shape in self.shapes.items():
+            self.slices[name] = slice(start, start + int(np.prod(shape)))
+            start += int(np.prod(shape))
+        self.size = start
+
+    def flatten(self, member: AttentionForecaster) -> torch.Tensor:
+        return torch.cat([p.detach().reshape(-1) for p in member.parameters()])
+
+    def views(self, rows: torch.Tensor) -> dict[str, torch.Tensor]:
+        """(G, >= size) -> each weight as (G, *shape), views into the rows."""
+        return {name: rows[:, self.slices[name]].view(len(rows), *shape) for name, shape in self.shapes.items()}
+
+    def load(self, member: AttentionForecaster, row: torch.Tensor) -> None:
+        with torch.no_grad():
+            for name, p in member.named_parameters():
+                p.copy_(row[self.slices[name]].view(p.shape))
+
+
+def _linear(x: torch.Tensor, w: dict[str, torch.Tensor], name: str) -> torch.Tensor:
+    """nn.Linear of each network on its own rows: x (G, N, in) -> (G, N, out)."""
+    return torch.baddbmm(w[f"{name}.bias"].unsqueeze(1), x, w[f"{name}.weight"].transpose(1, 2))
+
+
+def _padded(index: list[list[int] | np.ndarray | None], first: np.ndarray, columns: int):
+    """Rows (G, B) into a stack's concatenated windows and their weights in a network's mean over
+    its rows x ``columns``: network g's indices offset by its first row, padded with that row at
+    weight 0; a network without indices (None) has weight 0 throughout."""
+    width = max((len(i) for i in index if i is not None), default=0)
+    rows = np.repeat(first[:, None], max(width, 1), axis=1)
+    weights = np.zeros(rows.shape, dtype=np.float32)
+    for g, i in enumerate(index):
+        if i is not None and len(i):
+            rows[g, :len(i)] += np.asarray(i)
+            weights[g, :len(i)] = 1.0 / (len(i) * columns)
+    return torch.as_tensor(rows), torch.as_tensor(weights)
+
+
+class Stack:
+    """The networks of one shape (features, window, horizons) among :class:`Together`'s, trained as
+    one: their weights are rows ``start`` to ``start + G`` of Together's weight matrix, their
+    training and validation windows each one tensor, a step's batches one (G, B, m, F) tensor."""
+
+    def __init__(self, index: list[int], members: list[AttentionForecaster], jobs: list[FitJob], start: int):
+        self.index, self.start = index, start
+        self.rows = slice(start, start + len(index))
+        first = members[index[0]]
+        self.layout = Layout(first)
+        self.heads, self.hidden = first.hparams.heads, first.hparams.hidden
+        self.center = torch.stack([members[i].center for i in index])
+        self.scale = torch.stack([members[i].scale for i in index])
+        mine = [jobs[i] for i in index]
+        self.x, self.y, self.first = self._concatenated([(j.x, j.y) for j in mine])
+        self.outputs = self.y.shape[-1]
+        self.has_validation = torch.tensor([j.has_validation for j in mine])
+        if self.has_validation.any():
+            x_val, y_val, first_val = self._concatenated([(j.x_val, j.y_val) if j.has_validation else
+                                                          (j.x[:0], j.y[:0]) for j in mine])
+            rows, weights = _padded([np.arange(len(j.x_val)) if j.has_validation else None for j in mine],
+                                    first_val, 1)
+            self.validation = (x_val[rows], y_val[rows][..., -1], weights)
+        else:
+            self.validation = None
+
+    @staticmethod
+    def _concatenated(pairs):
+        xs = [torch.as_tensor(x, dtype=torch.float32) for x, _ in pairs]
+        ys = [torch.as_tensor(y[:, None] if y.ndim == 1 else y, dtype=torch.float32) for _, y in pairs]
+        first = np.cumsum([0] + [len(x) for x in xs[:-1]])
+        # One spare row: a network without windows (validation) is padded with it.
+        x, y = torch.cat([*xs, torch.zeros_like(xs[0][:1])]), torch.cat([*ys, torch.zeros_like(ys[0][:1])])
+        return x, y, np.minimum(first, len(x) - 1)
+
+    def forward_all(self, weights: torch.Tensor, x: torch.Tensor, which: torch.Tensor) -> torch.Tensor:
+        """:meth:`AttentionForecaster.forward_all` of the networks ``which`` (their places in the
+        stack) on their own windows x (G', B, m, F) -> (G', B, outputs), weights from Together's."""
+        w = self.layout.views(weights[self.start + which])
+        g, b, m, f = x.shape
+        heads, hidden = self.heads, self.hidden
+        z = (log_ratio(x) - self.center[which, None, None]) / self.scale[which, None, None]
+        h = _linear(F.gelu(_linear(z.reshape(g, b * m, f), w, "embed.0")), w, "embed.2")
+        h = h.view(g, b, m, hidden) + w["position"][:, None]
+        last = h[:, :, -1]
+        q = _linear(last + w["query"][:, None], w, "q_proj").view(g * b, heads, 1, hidden // heads)
+        k, v = _linear(h.reshape(g, b * m, hidden), w, "kv_proj").view(g * b, m, 2, heads, hidden // heads) \
+            .permute(2, 0, 3, 1, 4)
+        context = F.scaled_dot_product_attention(q, k, v).reshape(g, b, hidden)
+        pooled = [h.mean(dim=2), h.amax(dim=2)]
+        head = _linear(F.gelu(_linear(torch.cat([context, last, *pooled], dim=-1), w, "head.0")), w, "head.2")
+        return persistence_log_ratio(x)[..., None] + head
+
+    def training_loss(self, weights: torch.Tensor, batches: list) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The sum of each network's L1 loss on its batch (None: no batch in this step, weight 0),
+        and which networks had one; None when none had."""
+        active = torch.tensor([b is not None for b in batches])
+        if not active.any():
+            return None
+        # Only the networks with a batch are computed: a stack's networks stop at different epochs.
+        which = torch.nonzero(active).flatten()
+        rows, weights_in_mean = _padded([batches[g] for g in which.tolist()], self.first[which.numpy()],
+                                        self.outputs)  # L1's mean over rows x horizons
+        err = (self.forward_all(weights, self.x[rows], which) - self.y[rows]).abs()
+        return (err * weights_in_mean[..., None]).sum(), active
+
+    def validation_losses(self, weights: torch.Tensor, watched: torch.Tensor) -> torch.Tensor:
+        """(G,): the ``watched`` networks' L1 forecast loss on their whole validation sets (NaN for
+        the others and those without one)."""
+        x, y, w = self.validation
+        which = torch.nonzero(watched & self.has_validation).flatten()
+        loss = torch.full((len(self.index),), torch.nan)
+        if len(which):
+            loss[which] = ((self.forward_all(weights, x[which], which)[..., -1] - y[which]).abs() * w[which]).sum(dim=1)
+        return loss
 
 
 class Together(pl.LightningModule):
-    """Several :class:`AttentionForecaster` networks in one training loop. A training step holds
-    each network's next batch of its epoch; the loss is the sum of their losses (each network's
-    gradient is its own loss's), and one AdamW over every network's weights steps those with a
-    batch (the others' gradients are None, so AdamW leaves them as they are)."""
+    """Several :class:`AttentionForecaster` networks in one training loop, their weights the rows
+    of one matrix (each network's :class:`Layout`, zero-padded to the widest): a training step
+    holds each network's next batch of its epoch; the loss is the sum of their losses (each
+    network's gradient is its own loss's), and one :class:`MaskedAdamW` steps the rows of the
+    networks with a batch."""
 
     def __init__(self, members: list[AttentionForecaster], jobs: list[FitJob], batch_size: int):
         super().__init__()
         self.automatic_optimization = False
-        self.members = nn.ModuleList(members)
-        self.training_networks = [True] * len(members)   # early stopping has not stopped them
-        # The loaders training each network alone would use: the same batches, in the same order.
-        self.loaders = [shuffled_batches(torch.as_tensor(j.x, dtype=torch.float32),
-                                         torch.as_tensor(j.y, dtype=torch.float32), batch_size, j.seed) for j in jobs]
-        self.validation = [(torch.as_tensor(j.x_val, dtype=torch.float32), torch.as_tensor(j.y_val, dtype=torch.float32))
-                           if j.has_validation else None for j in jobs]
-        self.val_losses: dict[int, torch.Tensor] = {}  # the last validation's, by network
+        self.members = members   # not submodules: Together trains the weights matrix, then unstack() loads them
+        groups: dict[tuple, list[int]] = {}
+        for i, job in enumerate(jobs):
+            groups.setdefault((job.x.shape[1], job.x.shape[2], job.outputs), []).append(i)
+        self.stacks, start = [], 0
+        for index in groups.values():
+            self.stacks.append(Stack(index, members, jobs, start))
+            start += len(index)
+        self.order = [i for stack in self.stacks for i in stack.index]   # row r is job order[r]
+        weights = torch.zeros(len(jobs), max(stack.layout.size for stack in self.stacks))
+        for stack in self.stacks:
+            for r, i in enumerate(stack.index):
+                weights[stack.start + r, :stack.layout.size] = stack.layout.flatten(members[i])
+        self.weights = nn.Parameter(weights)
+        self.has_validation = torch.cat([stack.has_validation for stack in self.stacks])
+        self.training_networks = [True] * len(jobs)   # by row: early stopping has not stopped them
+        self.generators = [torch.Generator().manual_seed(jobs[i].seed) for i in self.order]
+        self.sizes = [len(jobs[i].x) for i in self.order]
+        self.batch_size = batch_size
+        self.val_losses: torch.Tensor | None = None    # the last validation's, by row
+        first = members[0].hparams
+        self.lr, self.weight_decay = first.lr, first.weight_decay
 
     def configure_optimizers(self):
-        first = self.members[0].hparams
-        return adamw(self.parameters(), lr=first.lr, weight_decay=first.weight_decay)
+        return MaskedAdamW([self.weights], lr=self.lr, weight_decay=self.weight_decay)
 
     def training_step(self, batches, batch_idx):
         optimizer = self.optimizers()
-        optimizer.zero_grad()  # every gradient None: a network without a batch here is not stepped
-        losses = [member.training_step(batch, batch_idx) for member, batch in zip(self.members, batches)
-                  if batch is not None]
-        if losses:
-            self.manual_backward(torch.stack(losses).sum())
+        optimizer.zero_grad()
+        total, active = [], torch.zeros(len(self.order), dtype=torch.bool)
+        for stack in self.stacks:
+            part = stack.training_loss(self.weights, batches[stack.rows])
+            if part is not None:
+                total.append(part[0])
+                active[stack.rows] = part[1]
+        if total:
+            self.manual_backward(torch.stack(total).sum())
+            optimizer.optimizer.active = active
             optimizer.step()
+
+    def validation_losses(self) -> torch.Tensor:
+        """(rows,): the validation loss of each network still training (NaN for the others)."""
+        training = torch.tensor(self.training_networks)
+        return torch.cat([stack.validation_losses(self.weights, training[stack.rows]) if stack.validation is not None
+                          else torch.full((len(stack.index),), torch.nan) for stack in self.stacks])
 
     def validation_step(self, batch, batch_idx):
         # Each network's loss on its whole validation set (AttentionForecaster.validation_step's
         # val_loss), kept here for TogetherEarlyStopping rather than passed through self.log:
-        # Lightning's logging costs about 0.7 ms a call, a few thousand calls a forecast.
-        self.val_losses = {g: forecast_loss(member, *val).detach()
-                           for g, (member, val) in enumerate(zip(self.members, self.validation))
-                           if val is not None and self.training_networks[g]}
+        # Lightning's logging costs about 0.7 ms a call.
+        self.val_losses = self.validation_losses().detach()
+
+    def unstack(self) -> None:
+        """Each network's trained weights into its AttentionForecaster."""
+        for stack in self.stacks:
+            for r, i in enumerate(stack.index):
+                stack.layout.load(self.members[i], self.weights.detach()[stack.start + r])
+
+
+class MaskedAdamW(torch.optim.Optimizer):
+    """torch.optim.AdamW's update (decoupled weight decay, bias-corrected moments; the same
+    arithmetic in the same order as its multi-tensor loop, tests/test_forecast.py) on matrices
+    whose rows are networks, stepping only the rows marked in ``active`` (all when None): a row
+    not stepped keeps its weights, moments and step count, as a network alone that had no batch
+    would."""
+
+    def __init__(self, params, lr: float, weight_decay: float, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8):
+        super().__init__(params, dict(lr=lr, weight_decay=weight_decay, betas=betas, eps=eps))
+        self.active: torch.Tensor | None = None
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            lr, wd, (beta1, beta2), eps = group["lr"], group["weight_decay"], group["betas"], group["eps"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                active = torch.ones(len(p), dtype=torch.bool) if self.active is None else self.active
+                state = self.state[p]
+                if not state:
+                    state["step"] = torch.zeros(len(p), dtype=torch.float64)
+                    state["exp_avg"], state["exp_avg_sq"] = torch.zeros_like(p), torch.zeros_like(p)
+                state["step"] += active
+                step = state["step"].clamp(min=1)
+                per_row = (len(p),) + (1,) * (p.dim() - 1)
+                step_size = (lr / (1 - beta1 ** step)).to(p.dtype).view(per_row)
+                bias_correction2_sqrt = (1 - beta2 ** step).sqrt().to(p.dtype).view(per_row)
+                rows = active.view(per_row)
+                exp_avg = state["exp_avg"].lerp(p.grad, 1 - beta1)
+                exp_avg_sq = state["exp_avg_sq"].mul(beta2).addcmul_(p.grad, p.grad, value=1 - beta2)
+                denom = exp_avg_sq.sqrt().div_(bias_correction2_sqrt).add_(eps)
+                stepped = p.mul(1 - lr * wd).addcdiv_(exp_avg * -step_size, denom)
+                p.copy_(torch.where(rows, stepped, p))
+                state["exp_avg"] = torch.where(rows, exp_avg, state["exp_avg"])
+                state["exp_avg_sq"] = torch.where(rows, exp_avg_sq, state["exp_avg_sq"])
+        return loss
 
 
 class _Epoch(torch.utils.data.IterableDataset):
     """One epoch of the networks still training: step j holds each one's j-th batch of its own
-    loader (None once its epoch is over), every loader run to its end as alone."""
+    epoch (None once its epoch is over, or when it has stopped), by row of Together's weights."""
 
     def __init__(self, together: Together):
         self.together = together
 
     def __iter__(self):
         t = self.together
-        running = [iter(loader) if t.training_networks[g] else None for g, loader in enumerate(t.loaders)]
-        while any(it is not None for it in running):
-            batches = []
-            for g, it in enumerate(running):
-                batch = next(it, None) if it is not None else None
-                if batch is None:
-                    running[g] = None
-                batches.append(batch)
-            if any(b is not None for b in batches):
-                yield batches
+        epochs = [epoch_batches(n, t.batch_size, gen) if training else []
+                  for n, gen, training in zip(t.sizes, t.generators, t.training_networks)]
+        for j in range(max(map(len, epochs), default=0)):
+            yield [e[j] if j < len(e) else None for e in epochs]
 
 
 class _Validation(torch.utils.data.IterableDataset):
-    """The validation loop's one step: each network's whole validation set (Together holds them)."""
-
-    def __init__(self, together: Together):
-        self.together = together
+    """The validation loop's one step: each network's whole validation set (its Stack holds them)."""
 
     def __iter__(self):
         yield None
@@ -326,40 +517,31 @@ class TogetherEarlyStopping(pl.Callback):
 
     def __init__(self, together: Together, patience: int):
         self.patience = patience
-        self.best: list[float | None] = []
-        self.state: list[dict | None] = []
-        for member, val in zip(together.members, together.validation):
-            if val is None:
-                self.best.append(None)
-                self.state.append(None)
-                continue
-            member.eval()
-            with torch.no_grad():
-                self.best.append(float(forecast_loss(member, *val)))
-            self.state.append(copy.deepcopy(member.state_dict()))
-            member.train()
-        self.epoch_best = [torch.tensor(float("inf"))] * len(together.members)
-        self.wait = [0] * len(together.members)
+        with torch.no_grad():
+            self.best = together.validation_losses()
+        self.best_weights = together.weights.detach().clone()
+        self.epoch_best = torch.full_like(self.best, float("inf"))
+        self.wait = torch.zeros(len(self.best), dtype=torch.long)
 
     def on_validation_end(self, trainer, together: Together):
-        for g, member in enumerate(together.members):
-            loss = together.val_losses.get(g)
-            if loss is None or not together.training_networks[g]:
-                continue
-            if float(loss) < self.best[g]:
-                self.best[g], self.state[g] = float(loss), copy.deepcopy(member.state_dict())
-            if not torch.isfinite(loss):
-                together.training_networks[g] = False
-            elif torch.lt(loss, self.epoch_best[g]):
-                self.epoch_best[g], self.wait[g] = loss, 0
-            else:
-                self.wait[g] += 1
-                if self.wait[g] >= self.patience:
-                    together.training_networks[g] = False
+        loss = together.val_losses
+        if loss is None:
+            return
+        watched = torch.tensor(together.training_networks) & together.has_validation
+        better = watched & (loss < self.best)
+        self.best = torch.where(better, loss, self.best)
+        self.best_weights[better] = together.weights.detach()[better]
+        finite = torch.isfinite(loss)
+        improved = watched & finite & (loss < self.epoch_best)
+        self.epoch_best = torch.where(improved, loss, self.epoch_best)
+        self.wait = torch.where(improved, 0, self.wait + (watched & finite & ~improved).long())
+        stop = watched & (~finite | (self.wait >= self.patience))
+        for r in torch.nonzero(stop).flatten().tolist():
+            together.training_networks[r] = False
         if not any(together.training_networks):
             trainer.should_stop = True
 
     def on_fit_end(self, trainer, together: Together):
-        for member, state in zip(together.members, self.state):
-            if state is not None:
-                member.load_state_dict(state)
+        with torch.no_grad():
+            kept = together.has_validation[:, None]
+            together.weights.copy_(torch.where(kept, self.best_weights, together.weights))
