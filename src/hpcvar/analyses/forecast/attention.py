@@ -203,11 +203,11 @@ def fit_many(jobs: list[FitJob], *, hidden: int, lr: float, weight_decay: float,
     feature sets and ensemble members are a few dozen networks of a few thousand weights. Networks
     of one shape (features, window, horizons) are trained as one stacked model (:class:`Stack`):
     each layer is one batched matrix product for all of them, not one small product per network
-    (on a MILC cell, 0.9 of the time of training them one at a time:
-    benchmarks/bench_attention_stack.py; the arithmetic itself is most of the rest). Each network
-    still trains as it would alone,
+    (a MILC cell's 30 networks in 0.56 of the time of training them one at a time, 0.70 on one
+    thread: benchmarks/bench_attention_stack.py). Each network still trains as it would alone,
     to the last bit: its own weights (from its seed), its own shuffled batches (its own generator,
-    :func:`epoch_batches`), its own loss, its own AdamW state (a network without a batch in a step
+    :func:`epoch_batches`), its own loss over its own rows (batches of one length computed
+    together, unpadded), its own AdamW state (a network without a batch in a step
     is not stepped: :class:`MaskedAdamW`), and early stopping and best weights on its own
     validation windows (:class:`TogetherEarlyStopping`: the untrained model, pure persistence, is
     the first candidate). Returns the networks in the jobs' order."""
@@ -281,24 +281,21 @@ def _linear(x: torch.Tensor, w: dict[str, torch.Tensor], name: str) -> torch.Ten
     return torch.baddbmm(w[f"{name}.bias"].unsqueeze(1), x, w[f"{name}.weight"].transpose(1, 2))
 
 
-def _padded(index: list[list[int] | np.ndarray | None], first: np.ndarray, columns: int):
-    """Rows (G, B) into a stack's concatenated windows and their weights in a network's mean over
-    its rows x ``columns``: network g's indices offset by its first row, padded with that row at
-    weight 0; a network without indices (None) has weight 0 throughout."""
-    width = max((len(i) for i in index if i is not None), default=0)
-    rows = np.repeat(first[:, None], max(width, 1), axis=1)
-    weights = np.zeros(rows.shape, dtype=np.float32)
+def _by_length(index: list) -> dict[int, list[int]]:
+    """Positions of the index lists (None: none) grouped by their length: networks with batches of
+    one length are computed together, without padding, so that each network's sums (its weight
+    gradients sum over its batch's rows) run over the same rows in the same order as alone."""
+    groups: dict[int, list[int]] = {}
     for g, i in enumerate(index):
         if i is not None and len(i):
-            rows[g, :len(i)] += np.asarray(i)
-            weights[g, :len(i)] = 1.0 / (len(i) * columns)
-    return torch.as_tensor(rows), torch.as_tensor(weights)
+            groups.setdefault(len(i), []).append(g)
+    return groups
 
 
 class Stack:
     """The networks of one shape (features, window, horizons) among :class:`Together`'s, trained as
     one: their weights are rows ``start`` to ``start + G`` of Together's weight matrix, their
-    training and validation windows each one tensor, a step's batches one (G, B, m, F) tensor."""
+    training windows one tensor, and a step's batches of one length one (G', B, m, F) tensor."""
 
     def __init__(self, index: list[int], members: list[AttentionForecaster], jobs: list[FitJob], start: int):
         self.index, self.start = index, start
@@ -309,26 +306,18 @@ class Stack:
         self.center = torch.stack([members[i].center for i in index])
         self.scale = torch.stack([members[i].scale for i in index])
         mine = [jobs[i] for i in index]
-        self.x, self.y, self.first = self._concatenated([(j.x, j.y) for j in mine])
-        self.outputs = self.y.shape[-1]
+        xs = [torch.as_tensor(j.x, dtype=torch.float32) for j in mine]
+        self.x = torch.cat(xs)
+        self.y = torch.cat([torch.as_tensor(j.y[:, None] if j.y.ndim == 1 else j.y, dtype=torch.float32)
+                            for j in mine])
+        self.first = torch.as_tensor(np.cumsum([0] + [len(x) for x in xs[:-1]]))
         self.has_validation = torch.tensor([j.has_validation for j in mine])
-        if self.has_validation.any():
-            x_val, y_val, first_val = self._concatenated([(j.x_val, j.y_val) if j.has_validation else
-                                                          (j.x[:0], j.y[:0]) for j in mine])
-            rows, weights = _padded([np.arange(len(j.x_val)) if j.has_validation else None for j in mine],
-                                    first_val, 1)
-            self.validation = (x_val[rows], y_val[rows][..., -1], weights)
-        else:
-            self.validation = None
-
-    @staticmethod
-    def _concatenated(pairs):
-        xs = [torch.as_tensor(x, dtype=torch.float32) for x, _ in pairs]
-        ys = [torch.as_tensor(y[:, None] if y.ndim == 1 else y, dtype=torch.float32) for _, y in pairs]
-        first = np.cumsum([0] + [len(x) for x in xs[:-1]])
-        # One spare row: a network without windows (validation) is padded with it.
-        x, y = torch.cat([*xs, torch.zeros_like(xs[0][:1])]), torch.cat([*ys, torch.zeros_like(ys[0][:1])])
-        return x, y, np.minimum(first, len(x) - 1)
+        # The validation windows, networks with as many stacked: (networks, x (G', V, m, F), y (G', V)).
+        self.validation = [(torch.tensor(which), torch.stack([torch.as_tensor(mine[g].x_val, dtype=torch.float32)
+                                                              for g in which]),
+                            torch.stack([torch.as_tensor(mine[g].y_val, dtype=torch.float32).reshape(n, -1)[:, -1]
+                                         for g in which]))
+                           for n, which in _by_length([j.x_val if j.has_validation else None for j in mine]).items()]
 
     def forward_all(self, weights: torch.Tensor, x: torch.Tensor, which: torch.Tensor) -> torch.Tensor:
         """:meth:`AttentionForecaster.forward_all` of the networks ``which`` (their places in the
@@ -349,26 +338,28 @@ class Stack:
         return persistence_log_ratio(x)[..., None] + head
 
     def training_loss(self, weights: torch.Tensor, batches: list) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """The sum of each network's L1 loss on its batch (None: no batch in this step, weight 0),
-        and which networks had one; None when none had."""
-        active = torch.tensor([b is not None for b in batches])
-        if not active.any():
+        """The sum of each network's L1 loss on its batch (None: no batch in this step), and which
+        networks had one; None when none had. Only those are computed (a stack's networks stop at
+        different epochs), those with batches of one length together."""
+        groups = _by_length(batches)
+        if not groups:
             return None
-        # Only the networks with a batch are computed: a stack's networks stop at different epochs.
-        which = torch.nonzero(active).flatten()
-        rows, weights_in_mean = _padded([batches[g] for g in which.tolist()], self.first[which.numpy()],
-                                        self.outputs)  # L1's mean over rows x horizons
-        err = (self.forward_all(weights, self.x[rows], which) - self.y[rows]).abs()
-        return (err * weights_in_mean[..., None]).sum(), active
+        total = []
+        for which in groups.values():
+            rows = self.first[which][:, None] + torch.as_tensor(np.array([batches[g] for g in which]))
+            which = torch.tensor(which)
+            # F.l1_loss's mean, over each network's rows x horizons
+            total.append((self.forward_all(weights, self.x[rows], which) - self.y[rows]).abs().mean(dim=(1, 2)).sum())
+        return torch.stack(total).sum(), torch.tensor([b is not None for b in batches])
 
     def validation_losses(self, weights: torch.Tensor, watched: torch.Tensor) -> torch.Tensor:
         """(G,): the ``watched`` networks' L1 forecast loss on their whole validation sets (NaN for
         the others and those without one)."""
-        x, y, w = self.validation
-        which = torch.nonzero(watched & self.has_validation).flatten()
         loss = torch.full((len(self.index),), torch.nan)
-        if len(which):
-            loss[which] = ((self.forward_all(weights, x[which], which)[..., -1] - y[which]).abs() * w[which]).sum(dim=1)
+        for which, x, y in self.validation:
+            keep = watched[which]
+            if keep.any():
+                loss[which[keep]] = (self.forward_all(weights, x[keep], which[keep])[..., -1] - y[keep]).abs().mean(dim=1)
         return loss
 
 
@@ -425,8 +416,7 @@ class Together(pl.LightningModule):
     def validation_losses(self) -> torch.Tensor:
         """(rows,): the validation loss of each network still training (NaN for the others)."""
         training = torch.tensor(self.training_networks)
-        return torch.cat([stack.validation_losses(self.weights, training[stack.rows]) if stack.validation is not None
-                          else torch.full((len(stack.index),), torch.nan) for stack in self.stacks])
+        return torch.cat([stack.validation_losses(self.weights, training[stack.rows]) for stack in self.stacks])
 
     def validation_step(self, batch, batch_idx):
         # Each network's loss on its whole validation set (AttentionForecaster.validation_step's
