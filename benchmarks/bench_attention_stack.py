@@ -10,6 +10,10 @@ settings: each network alone (``attention.fit``, one Lightning loop each) and al
 one loop, those of one shape stacked into one model (``attention.fit_many``). Prints both wall
 times, their ratio, and whether every network's weights are the same to the last bit (they
 must be: fit_many's contract, tests/test_forecast.py).
+
+"One at a time" is not what the forecaster did before the stack (27f828d): that trained a cell's
+networks in one Lightning loop too, calling each network's forward and loss in turn. Against that
+loop the stack took about 0.9 of the time (docs/benchmarks.md, "A slower machine").
 """
 
 from __future__ import annotations

@@ -168,6 +168,25 @@ def test_attention_learns_how_a_slow_stretch_fades():
     assert (learnt < 0.3 * naive).all(), (learnt, naive)
 
 
+KW = dict(hidden=16, lr=3e-3, weight_decay=0.01, max_epochs=12, patience=2, batch_size=32)
+
+
+def _jobs(shapes, seed: int = 1, without_validation=(1,)):
+    """Training jobs of windows (n, m=4, f) whose targets (two horizons) follow the window's mean
+    duration deviation, the ``without_validation`` ones without validation windows."""
+    from hpcvar.analyses.forecast import attention
+
+    rng = np.random.default_rng(seed)
+    jobs = []
+    for i, (n, f) in enumerate(shapes):
+        x = rng.normal(0, 0.2, (n, 4, f))
+        y = np.log1p(np.clip(x[:, :, 0].mean(axis=1, keepdims=True) * [[1.0, 0.5]] + rng.normal(0, 0.02, (n, 2)),
+                             -0.5, None))
+        val = (x[: n // 4], y[: n // 4]) if i not in without_validation else (None, None)
+        jobs.append(attention.FitJob(x[n // 4:], y[n // 4:], *val, seed=10 + i))
+    return jobs
+
+
 def test_networks_trained_together_are_the_networks_trained_alone():
     """fit_many trains a cell's networks in one loop, those of one shape stacked into one model:
     each is, to the last bit, the network its own fit gives (its weights, batches, AdamW steps,
@@ -177,20 +196,85 @@ def test_networks_trained_together_are_the_networks_trained_alone():
 
     from hpcvar.analyses.forecast import attention
 
-    rng = np.random.default_rng(1)
-    kw = dict(hidden=16, lr=3e-3, weight_decay=0.01, max_epochs=12, patience=2, batch_size=32)
-    jobs = []
-    for i, (n, f) in enumerate(((150, 3), (70, 3), (110, 5), (90, 3))):
-        x = rng.normal(0, 0.2, (n, 4, f))
-        y = np.log1p(np.clip(x[:, :, 0].mean(axis=1, keepdims=True) * [[1.0, 0.5]] + rng.normal(0, 0.02, (n, 2)),
-                             -0.5, None))
-        val = (x[: n // 4], y[: n // 4]) if i != 1 else (None, None)  # one without validation windows
-        jobs.append(attention.FitJob(x[n // 4:], y[n // 4:], *val, seed=10 + i))
-    together = attention.fit_many(jobs, **kw)
+    jobs = _jobs(((150, 3), (70, 3), (110, 5), (90, 3)))
+    together = attention.fit_many(jobs, **KW)
     for job, net in zip(jobs, together):
-        alone = attention.fit(job.x, job.y, job.x_val, job.y_val, seed=job.seed, **kw)
+        alone = attention.fit(job.x, job.y, job.x_val, job.y_val, seed=job.seed, **KW)
         for (name, a), (_, b) in zip(alone.state_dict().items(), net.state_dict().items()):
             assert torch.equal(a, b), name
+        assert torch.count_nonzero(net.head[-1].weight) > 0  # it trained (the head starts at zero) and kept it
+
+
+def test_the_stacked_forward_is_each_networks_own():
+    """The stack computes, for each of its networks, what that network's own module computes: the
+    forecasts at every horizon (what predict() and the saved model use after training) and the
+    validation loss early stopping watches."""
+    import torch
+
+    from hpcvar.analyses.forecast import attention
+
+    jobs = _jobs(((60, 3), (50, 3), (40, 3)), seed=2, without_validation=())
+    members = [attention._initial(job, 16, 3e-3, 0.0) for job in jobs]
+    with torch.no_grad():
+        for member in members:  # a trained head, not the untrained one's zeros
+            member.head[-1].weight.normal_(0, 0.1)
+        together = attention.Together(members, jobs, batch_size=32)
+        (stack,) = together.stacks
+        losses = together.validation_losses()
+        for g, (job, member) in enumerate(zip(jobs, members)):
+            x = torch.as_tensor(job.x, dtype=torch.float32)
+            mine = stack.forward_all(together.weights, x[None], torch.tensor([g]))[0]
+            torch.testing.assert_close(mine, member.forward_all(x), rtol=1e-5, atol=1e-6)
+            own = attention.forecast_loss(member, torch.as_tensor(job.x_val, dtype=torch.float32),
+                                          torch.as_tensor(job.y_val, dtype=torch.float32))
+            torch.testing.assert_close(losses[g], own, rtol=1e-5, atol=1e-6)
+
+
+def test_a_stacked_network_is_the_network_lightning_trains_alone():
+    """Against Lightning's own loop for one module: AttentionForecaster's training and validation
+    steps and optimizer, a shuffling DataLoader with the job's seed, Lightning's EarlyStopping on
+    val_loss and a keeper of the best weights (the untrained model's first). The stacked network
+    ends where that one ends, to float rounding (the stack's batched products are not the
+    module's, bit for bit)."""
+    import copy
+
+    import pytorch_lightning as pl
+    import torch
+    from pytorch_lightning.callbacks import EarlyStopping
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from hpcvar.analyses.forecast import attention
+
+    class Best(pl.Callback):
+        def on_fit_start(self, trainer, module):
+            with torch.no_grad():
+                self.loss = float(attention.forecast_loss(module, x_val, y_val))
+            self.state = copy.deepcopy(module.state_dict())
+
+        def on_validation_end(self, trainer, module):
+            if float(trainer.callback_metrics["val_loss"]) < self.loss:
+                self.loss, self.state = float(trainer.callback_metrics["val_loss"]), copy.deepcopy(module.state_dict())
+
+    job = _jobs(((200, 3),), seed=4, without_validation=())[0]
+    kw = {**KW, "max_epochs": 30}
+    stacked = attention.fit_many([job, *_jobs(((90, 3),), seed=5, without_validation=())], **kw)[0]
+    x, y = torch.as_tensor(job.x, dtype=torch.float32), torch.as_tensor(job.y, dtype=torch.float32)
+    x_val, y_val = torch.as_tensor(job.x_val, dtype=torch.float32), torch.as_tensor(job.y_val, dtype=torch.float32)
+    module = attention._initial(job, kw["hidden"], kw["lr"], kw["weight_decay"])
+    best, stopping = Best(), EarlyStopping("val_loss", patience=kw["patience"], mode="min")
+    with attention.quiet_lightning():
+        trainer = pl.Trainer(accelerator="cpu", devices=1, max_epochs=kw["max_epochs"], enable_progress_bar=False,
+                             logger=False, enable_checkpointing=False, enable_model_summary=False,
+                             deterministic=True, callbacks=[stopping, best], num_sanity_val_steps=0)
+        trainer.fit(module, DataLoader(TensorDataset(x, y), batch_size=kw["batch_size"], shuffle=True,
+                                       generator=torch.Generator().manual_seed(job.seed)),
+                    DataLoader(TensorDataset(x_val, y_val), batch_size=len(x_val)))
+    assert 0 < stopping.stopped_epoch < kw["max_epochs"] - 1  # early stopping ended it, at the same epoch
+    assert stacked.stopped_epoch == stopping.stopped_epoch
+    module.load_state_dict(best.state)
+    for (name, a), (_, b) in zip(module.state_dict().items(), stacked.state_dict().items()):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5, msg=name)
+    assert torch.count_nonzero(stacked.head[-1].weight) > 0
 
 
 def test_masked_adamw_is_adamw_on_the_rows_it_steps():
@@ -221,7 +305,9 @@ def test_masked_adamw_is_adamw_on_the_rows_it_steps():
                 theirs[r].step()
     for r, p in enumerate(rows):
         assert torch.equal(stacked.detach()[r], p.detach()), r
-        assert torch.equal(ours.state[stacked]["exp_avg_sq"][r], theirs[r].state[p]["exp_avg_sq"]), r
+        for moment in ("exp_avg", "exp_avg_sq"):
+            assert torch.equal(ours.state[stacked][moment][r], theirs[r].state[p][moment]), (r, moment)
+        assert ours.state[stacked]["step"][r] == theirs[r].state[p]["step"], r
     assert not torch.equal(stacked.detach()[2], start[2])  # it was stepped, then left alone
 
 

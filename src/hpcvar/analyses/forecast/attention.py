@@ -121,9 +121,8 @@ class AttentionForecaster(pl.LightningModule):
 
 def adamw(parameters, lr: float, weight_decay: float) -> torch.optim.AdamW:
     """AdamW with its multi-tensor (``foreach``) update, which PyTorch uses by default only on
-    GPUs: the same arithmetic in the same order for every weight (bit for bit the weights the
-    one-tensor-at-a-time loop gives: tests/test_forecast.py), in half the time for the
-    many small tensors of a grid cell's networks."""
+    GPUs: one network trained on its own (:meth:`AttentionForecaster.configure_optimizers`, the
+    reference :class:`MaskedAdamW` is checked against in tests/test_forecast.py)."""
     return torch.optim.AdamW(parameters, lr=lr, weight_decay=weight_decay, foreach=True)
 
 
@@ -203,15 +202,23 @@ def fit_many(jobs: list[FitJob], *, hidden: int, lr: float, weight_decay: float,
     feature sets and ensemble members are a few dozen networks of a few thousand weights. Networks
     of one shape (features, window, horizons) are trained as one stacked model (:class:`Stack`):
     each layer is one batched matrix product for all of them, not one small product per network
-    (a MILC cell's 30 networks in 0.56 of the time of training them one at a time, 0.70 on one
-    thread: benchmarks/bench_attention_stack.py). Each network still trains as it would alone,
+    (a MILC cell's 30 networks: 0.56 of the time of training them one at a time, 0.70 on one
+    thread, benchmarks/bench_attention_stack.py; about 0.9 of the time of the earlier loop, which
+    called each network in turn: docs/benchmarks.md). Each network still trains as it would alone,
     to the last bit: its own weights (from its seed), its own shuffled batches (its own generator,
     :func:`epoch_batches`), its own loss over its own rows (batches of one length computed
     together, unpadded), its own AdamW state (a network without a batch in a step
     is not stepped: :class:`MaskedAdamW`), and early stopping and best weights on its own
     validation windows (:class:`TogetherEarlyStopping`: the untrained model, pure persistence, is
-    the first candidate). Returns the networks in the jobs' order."""
+    the first candidate). Returns the networks in the jobs' order.
+
+    "To the last bit" rests on the batched product computing each network's entry as the plain
+    product of that network alone (observed with torch 2.13 on the CPU, on one and two threads;
+    tests/test_forecast.py checks it, and the stacked forward against
+    :meth:`AttentionForecaster.forward_all` and a network trained by Lightning alone)."""
     members = [_initial(job, hidden, lr, weight_decay) for job in jobs]
+    if not members:
+        return []
     together = Together(members, jobs, batch_size)
     validating = bool(together.has_validation.any())
     stopping = TogetherEarlyStopping(together, patience)
@@ -350,7 +357,9 @@ class Stack:
             which = torch.tensor(which)
             # F.l1_loss's mean, over each network's rows x horizons
             total.append((self.forward_all(weights, self.x[rows], which) - self.y[rows]).abs().mean(dim=(1, 2)).sum())
-        return torch.stack(total).sum(), torch.tensor([b is not None for b in batches])
+        active = torch.zeros(len(batches), dtype=torch.bool)
+        active[[g for which in groups.values() for g in which]] = True
+        return torch.stack(total).sum(), active
 
     def validation_losses(self, weights: torch.Tensor, watched: torch.Tensor) -> torch.Tensor:
         """(G,): the ``watched`` networks' L1 forecast loss on their whole validation sets (NaN for
@@ -503,7 +512,8 @@ class TogetherEarlyStopping(pl.Callback):
     untrained model's loss is the first best: training must beat persistence on the validation
     runs), and one whose loss has not improved on its best
     epoch for ``patience`` epochs stops training. Training ends when none trains any more (those
-    without validation windows train ``max_epochs``)."""
+    without validation windows train ``max_epochs``). Each network's ``stopped_epoch`` is then
+    EarlyStopping's (0 when it was not stopped)."""
 
     def __init__(self, together: Together, patience: int):
         self.patience = patience
@@ -512,6 +522,8 @@ class TogetherEarlyStopping(pl.Callback):
         self.best_weights = together.weights.detach().clone()
         self.epoch_best = torch.full_like(self.best, float("inf"))
         self.wait = torch.zeros(len(self.best), dtype=torch.long)
+        for member in together.members:
+            member.stopped_epoch = 0  # as EarlyStopping's: 0 when it never stopped
 
     def on_validation_end(self, trainer, together: Together):
         loss = together.val_losses
@@ -525,9 +537,10 @@ class TogetherEarlyStopping(pl.Callback):
         improved = watched & finite & (loss < self.epoch_best)
         self.epoch_best = torch.where(improved, loss, self.epoch_best)
         self.wait = torch.where(improved, 0, self.wait + (watched & finite & ~improved).long())
-        stop = watched & (~finite | (self.wait >= self.patience))
+        stop = watched & (~finite | (~improved & (self.wait >= self.patience)))
         for r in torch.nonzero(stop).flatten().tolist():
             together.training_networks[r] = False
+            together.members[together.order[r]].stopped_epoch = trainer.current_epoch
         if not any(together.training_networks):
             trainer.should_stop = True
 
