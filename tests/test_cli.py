@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -261,6 +262,25 @@ def test_help_and_inspect_start_without_the_settings_models_and_an_analysis_stil
     from hpcvar.cli import build_parser
 
     assert [a.option_strings for a in build_parser("")._actions if a.option_strings] == [["-h", "--help"]]
+
+
+def test_a_forecast_with_nothing_to_forecast_does_not_import_the_models(campaign, tmp_path):
+    """A campaign of microbenchmark rounds has no time steps to forecast: its forecast job writes
+    the summary with the reason and does not pay for torch and Lightning (half of such a job)."""
+    ds = campaign("demo", 3, 2).dataset
+    runs = pd.read_parquet(ds / "runs")
+    bench = sorted(runs.loc[runs["num_steps"] == 0, "dataset"].unique())
+    assert bench == ["collectives-16"]
+    probe = ("import sys\nfrom hpcvar.cli import main\ncode = main(sys.argv[1:])\n"
+             "print('imported:', *sorted({'torch', 'lightning', 'lightgbm'} & set(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", probe, "forecast", str(ds), "--out", str(tmp_path / "f"),
+                          "--set", "datasets=[collectives-16]"], capture_output=True, text=True,
+                         env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.splitlines()[-1] == "imported:", out.stdout
+    summary = json.loads((tmp_path / "f" / "summary.json").read_text())
+    assert summary["datasets"] == {}
+    assert "collectives-16: no time steps (microbenchmark runs), nothing to forecast" in summary["notes"]
 
 
 def test_an_analysis_that_logs_nothing_to_mlflow_runs_without_importing_it(campaign, tmp_path):

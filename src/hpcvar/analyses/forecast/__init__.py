@@ -37,16 +37,12 @@ from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
-import torch
 
 from hpcvar import tracking
 from hpcvar.analyses import common
-from hpcvar.analyses.forecast import outputs
-from hpcvar.analyses.forecast.grid import (DatasetResult, fit_final, long_run, mape_of, oracle_by_cell,
-                                           permutation_importance, run_grid)
-from hpcvar.analyses.forecast.windows import make_folds, series
 from hpcvar.data.rawlayout import TRUTH_ORACLE
 from hpcvar.defaults import FORECAST_FEATURE_SETS, FORECAST_GRID, cell_key, feature_groups
 from hpcvar.results import clean
@@ -56,6 +52,12 @@ from hpcvar.results._common import MLflowRuns
 from hpcvar.results.forecast import (BestCell, ForecastDataset, ForecastFiles, ForecastParams, ForecastResult, GridRow,
                                      Importance, LongRun)
 from hpcvar.settings import ForecastSettings
+
+# The models (torch, Lightning, LightGBM: about half of a small campaign's forecast job) are
+# imported where a dataset is forecast, so that a campaign with nothing to forecast (microbenchmark
+# rounds only, too few runs) does not pay for them: :func:`analyse`, :func:`torch_threads`.
+if TYPE_CHECKING:
+    from hpcvar.analyses.forecast.grid import DatasetResult
 
 
 DEFAULT_GRID = FORECAST_GRID  # shared with the simulator's oracle (hpcvar.defaults)
@@ -101,6 +103,11 @@ def with_neighbours(data: dict, name: str, frame: pd.DataFrame, settings: Foreca
 def analyse(data: dict, name: str, settings: ForecastSettings, oracle: pd.Series | None, out: Path,
             long_name: str | None) -> DatasetResult:
     """The whole grid, importance, final models and (when ``long_name``) the long-run test."""
+    from hpcvar.analyses.forecast import outputs
+    from hpcvar.analyses.forecast.grid import (DatasetResult, fit_final, long_run, mape_of, oracle_by_cell,
+                                               permutation_importance, run_grid)
+    from hpcvar.analyses.forecast.windows import make_folds, series
+
     frame = with_neighbours(data, name, common.step_frame(data, name), settings)
     app = data["runs"].loc[data["runs"]["dataset"] == name, "app"].iloc[0]
     notes: list[str] = []
@@ -150,6 +157,8 @@ def analyse(data: dict, name: str, settings: ForecastSettings, oracle: pd.Series
 
 
 def _skipped(name, frame, out, why, notes=()) -> DatasetResult:
+    from hpcvar.analyses.forecast.grid import DatasetResult
+
     return DatasetResult(name, frame, ForecastDataset(skipped=why, notes=[*notes, why]), pd.DataFrame(), out)
 
 
@@ -209,6 +218,8 @@ def load_oracle(truth: str | Path | None) -> tuple[pd.Series | None, dict | None
 
 @contextmanager
 def torch_threads(n: int):
+    import torch
+
     before = torch.get_num_threads()
     torch.set_num_threads(n)
     try:
@@ -226,6 +237,8 @@ def analyse_all(data: dict, names: list[str], pairs: dict[str, str], settings: F
     as each dataset's result arrives, while the others are still being computed (the forecaster
     logs each to MLflow then)."""
     done = done or (lambda name, result: None)
+    if not names:
+        return {}
     workers = processes_for(settings.workers, len(names))
     if workers == 1:
         results = {}
@@ -286,6 +299,8 @@ def run(dataset_dir: str | Path, out_dir: str | Path, config: ForecastSettings |
     def log(name: str, res: DatasetResult) -> None:
         # Each dataset is logged as soon as it is computed, while the other processes still
         # compute theirs; the store's lock is held only while logging (other analyses wait on it).
+        from hpcvar.analyses.forecast import outputs
+
         with tracking.session("forecast", dataset_dir) as experiment:
             res.summary.mlflow = outputs.log_dataset(res, experiment, dataset_dir, params)
 
