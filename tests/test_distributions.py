@@ -237,6 +237,34 @@ def test_cycle_minima_by_hand():
                    ("r1", "confidence", 1, "0-2", 0): (3.0, 1)}
 
 
+@pytest.mark.parametrize("low, high, labels, minors", [
+    # within a decade every tick is labelled, plainly
+    (2.0, 9.0, ["2", "3", "4", "5", "6", "7", "8", "9"], [2, 3, 4, 5, 6, 7, 8, 9]),
+    # within two decades 1-2-5 are labelled, every tick drawn
+    (0.3, 20.0, ["0.5", "1", "2", "5", "10", "20"], [2, 3, 4, 5, 6, 7, 8, 9]),
+    # wider: powers of ten (matplotlib's), minor ticks at 2 and 5 only
+    (0.3, 2000.0, [], [2, 5]),
+])
+def test_log_axes_are_labelled_plainly_and_wide_ones_draw_two_minor_ticks_a_decade(low, high, labels, minors):
+    from hpcvar.analyses.common import subplots
+    from hpcvar.analyses.distributions import _plain_log_ticks
+
+    fig, ax = subplots()
+    ax.set_xscale("log")
+    ax.set_xlim(low, high)
+    _plain_log_ticks(ax)
+    fig.canvas.draw()
+    shown = [t for t in ax.xaxis.get_minorticklocs() if low <= t <= high]
+    mantissas = sorted({round(t / 10 ** math.floor(math.log10(t) + 1e-9)) for t in shown})
+    text = [t.get_text() for t in (*ax.xaxis.get_majorticklabels(), *ax.xaxis.get_minorticklabels())
+            if t.get_text() and low <= t.get_position()[0] <= high]
+    if labels:
+        assert sorted(text, key=float) == labels
+    else:
+        assert text and all("10^" in t for t in text), text
+    assert mantissas == minors
+
+
 def test_step_ratios_remove_the_warm_up_step_that_would_fake_a_mode():
     rng = np.random.default_rng(0)
     rows = [{"run_id": f"r{r}", "step": s, "duration_s": (30.0 if s == 1 else 10.0) * rng.lognormal(0, 0.02)}
