@@ -827,7 +827,8 @@ class Builder:
             "window": f"{self.runs['start'].min():%Y-%m-%d %H:%M} to {self.runs['end'].max():%Y-%m-%d %H:%M} UTC",
             "systems": sorted(self.runs["system"].unique()), "software": software,
             "versions": versions, "config": config_text, "mlflow": mlflow, "tracking_uri": uri,
-            "mlflow_ui": (f"MLFLOW_DISABLE_TELEMETRY=true mlflow ui --backend-store-uri {uri} --host 127.0.0.1 --port 5000"
+            "mlflow_ui": (f"MLFLOW_DISABLE_TELEMETRY=true MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false mlflow ui "
+                          f"--backend-store-uri {uri} --host 127.0.0.1 --port 5000"
                           if uri else None),
             "anonymised": self.pseudo is not None,
         }
