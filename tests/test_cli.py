@@ -266,7 +266,7 @@ def test_help_and_inspect_start_without_the_settings_models_and_an_analysis_stil
 
 def test_a_forecast_with_nothing_to_forecast_does_not_import_the_models(campaign, tmp_path):
     """A campaign of microbenchmark rounds has no time steps to forecast: its forecast job writes
-    the summary with the reason and does not pay for torch and Lightning (half of such a job)."""
+    the summary with the reason and does not pay for torch, Lightning and LightGBM (most of such a job)."""
     ds = campaign("demo", 3, 2).dataset
     runs = pd.read_parquet(ds / "runs")
     bench = sorted(runs.loc[runs["num_steps"] == 0, "dataset"].unique())

@@ -246,6 +246,8 @@ def test_cycle_minima_by_hand():
     (0.3, 2000.0, [], [2, 5]),
 ])
 def test_log_axes_are_labelled_plainly_and_wide_ones_draw_two_minor_ticks_a_decade(low, high, labels, minors):
+    import matplotlib.pyplot as plt
+
     from hpcvar.analyses.common import subplots
     from hpcvar.analyses.distributions import _plain_log_ticks
 
@@ -258,6 +260,7 @@ def test_log_axes_are_labelled_plainly_and_wide_ones_draw_two_minor_ticks_a_deca
     mantissas = sorted({round(t / 10 ** math.floor(math.log10(t) + 1e-9)) for t in shown})
     text = [t.get_text() for t in (*ax.xaxis.get_majorticklabels(), *ax.xaxis.get_minorticklabels())
             if t.get_text() and low <= t.get_position()[0] <= high]
+    plt.close(fig)
     if labels:
         assert sorted(text, key=float) == labels
     else:
