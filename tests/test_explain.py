@@ -107,6 +107,27 @@ def test_without_analyses_it_says_which_to_run(explained, tmp_path):
     assert "hpcvar neighbourhood" in proc.stderr and "hpcvar deviation" in proc.stderr
 
 
+def test_a_job_overlaps_the_steps_it_ran_beside_and_one_still_running_every_step_after_its_start():
+    """explain's per-step overlap of the neighbours' jobs (``_during``, all jobs of a run at once),
+    on hand-made times: a job overlaps a step when it started before the step ended and ended after
+    it started (touching counts); one with no end (still running when sacct was asked) overlaps
+    every step from its start on; one with no start, none. The jobs' times in microseconds and the
+    steps' in nanoseconds, as the dataset and the steps placed from the run's start come."""
+    def t(s):
+        return pd.Timestamp("2026-11-01", tz="UTC") + pd.Timedelta(s, "s")
+    steps = pd.DataFrame({"step": [1, 2, 3], "t0": [t(0), t(10), t(20)], "t1": [t(10), t(20), t(30)]})
+    steps[["t0", "t1"]] = steps[["t0", "t1"]].astype("datetime64[ns, UTC]")
+    jobs = pd.DataFrame({"start": [t(12), t(-50), t(15), pd.NaT, t(-9), t(25)],
+                         "end": [t(14), t(0), pd.NaT, t(40), t(-1), t(99)]}).astype("datetime64[us, UTC]")
+    assert explain._during(jobs, steps).tolist() == [
+        [False, True, False],   # inside step 2
+        [True, False, False],   # ended as step 1 began
+        [False, True, True],    # no end: from its start on
+        [False, False, False],  # no start
+        [False, False, False],  # before the run
+        [False, False, True]]   # from step 3 past the run's end
+
+
 def test_runs_without_steps_are_explained_from_the_dataset_statistics(explained):
     c, out, _, _ = explained
     ctx = explain.Context(c.dataset, out)

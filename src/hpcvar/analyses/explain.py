@@ -171,10 +171,26 @@ class Context:
             self.missing.append(f"no {name} analysis in {self.analyses_dir} (`hpcvar {name}` first)")
         return result
 
+    def of_run(self, table: str, run_id: str) -> pd.DataFrame:
+        """``table``'s rows of one run, in the table's order: the table is split by run once, not
+        filtered again for every run explained (which made explaining a dataset quadratic in its
+        runs)."""
+        key = ("by_run", table)
+        if key not in self._cache:
+            frame = self.data[table]
+            self._cache[key] = ({rid: part for rid, part in frame.groupby("run_id", sort=False)}
+                                if len(frame) else {}, frame.iloc[0:0])
+        parts, empty = self._cache[key]
+        return parts.get(run_id, empty)
+
     def dataset_runs(self, dataset: str) -> pd.DataFrame:
-        runs = self.runs[(self.runs["dataset"] == dataset) & (self.runs["total_time_s"] > 0)]
-        ok = runs["state"].isna() | (runs["state"] == "COMPLETED")
-        return runs[ok] if ok.any() else runs
+        """The dataset's runs that took time: the completed ones, or all if none completed."""
+        key = ("runs", dataset)
+        if key not in self._cache:
+            runs = self.runs[(self.runs["dataset"] == dataset) & (self.runs["total_time_s"] > 0)]
+            ok = runs["state"].isna() | (runs["state"] == "COMPLETED")
+            self._cache[key] = runs[ok] if ok.any() else runs
+        return self._cache[key]
 
     def frame(self, dataset: str) -> pd.DataFrame:
         """The dataset's per-step frame (per-router counters, as the models saw them)."""
@@ -215,9 +231,24 @@ class Context:
             self._cache[key] = table
         return self._cache[key]
 
+    def ranking_rows(self, dataset: str) -> dict[str, dict]:
+        """The ranking's row of each user, as a mapping (empty without a ranking)."""
+        key = ("ranking_rows", dataset)
+        if key not in self._cache:
+            ranking = self.ranking(dataset)
+            self._cache[key] = ({} if ranking is None else
+                                dict(zip(ranking.index, ranking.to_dict("records"), strict=True)))
+        return self._cache[key]
+
     def implicated(self, dataset: str) -> dict[str, float]:
         """Users the dataset implicates, with the weight of each: how much slower (relative) the
         dataset's runs are with them than without."""
+        key = ("implicated", dataset)
+        if key not in self._cache:
+            self._cache[key] = self._implicated(dataset)
+        return self._cache[key]
+
+    def _implicated(self, dataset: str) -> dict[str, float]:
         ranking = self.ranking(dataset)
         if ranking is None:
             return {}
@@ -266,12 +297,15 @@ class Context:
     def mi(self, dataset: str) -> dict[str, float]:
         """The implicated users' mutual information with the dataset's slow runs (the paper's
         ranking, over jobs larger than its threshold; 0 for users without such jobs)."""
-        ranking = self.ranking(dataset)
-        out = {}
-        for user in self.implicated(dataset):
-            mi = ranking.loc[user].get("mi") if ranking is not None and user in ranking.index else None
-            out[user] = float(mi) if mi is not None and pd.notna(mi) and mi > 0 else 0.0
-        return out
+        key = ("mi", dataset)
+        if key not in self._cache:
+            rows = self.ranking_rows(dataset)
+            out = {}
+            for user in self.implicated(dataset):
+                mi = rows[user].get("mi") if user in rows else None
+                out[user] = float(mi) if mi is not None and pd.notna(mi) and mi > 0 else 0.0
+            self._cache[key] = out
+        return self._cache[key]
 
     def effects(self, dataset: str) -> dict[str, float]:
         """What each implicated user's presence adds, estimated jointly over the dataset, as a
@@ -333,32 +367,38 @@ def _presence(ctx: Context, run: pd.Series, steps: pd.DataFrame, users: list[str
     of the user's jobs that count (:meth:`Context.min_nodes`) were running alongside the run
     (each job loads the network on its own); for users implicated only in other datasets, only
     the jobs that shared :data:`LINK_GROUPS` of the run's groups."""
-    neigh = ctx.data["neighbourhood"]
+    neigh = ctx.of_run("neighbourhood", run["run_id"])
     linked = set(ctx.implicated_elsewhere(run["dataset"]))
-    neigh = neigh[(neigh["run_id"] == run["run_id"]) & neigh["user"].isin(users)
-                  & (neigh["num_nodes"] >= ctx.min_nodes) & neigh["start"].notna()]
+    neigh = neigh[neigh["user"].isin(users) & (neigh["num_nodes"] >= ctx.min_nodes) & neigh["start"].notna()]
     neigh = neigh[~neigh["user"].isin(linked) | (neigh["shared_groups"].fillna(0) >= LINK_GROUPS)]
     present = pd.DataFrame(0.0, index=pd.Index(steps["step"] if not steps.empty else [], name="step"),
                            columns=list(users))
-    if steps.empty:
+    if steps.empty or neigh.empty:
         return present
-    for job in neigh.itertuples():
-        present.loc[_during(job, steps), job.user] += 1.0
+    during = _during(neigh, steps)
+    for user, rows in neigh.groupby("user").indices.items():
+        present[user] = during[rows].sum(axis=0, dtype=float)
     return present
 
 
-def _during(job, steps: pd.DataFrame) -> np.ndarray:
-    """Which of the run's steps (``t0``/``t1``) a neighbour's job (``start``, ``end``; no end:
-    still running) overlapped."""
-    end = job.end if pd.notna(job.end) else pd.Timestamp.max.tz_localize("UTC")
-    return ((job.start <= steps["t1"]) & (end >= steps["t0"])).to_numpy()
+def _naive(times: pd.Series) -> np.ndarray:
+    """Timestamps as numpy's (UTC wall time, NaT kept), to compare many at once."""
+    times = pd.to_datetime(times)
+    return (times.dt.tz_convert("UTC").dt.tz_localize(None) if times.dt.tz is not None else times).to_numpy()
+
+
+def _during(jobs: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
+    """Which of the run's steps (``t0``/``t1``, columns) each neighbour's job (``start``, ``end``;
+    no end: still running; rows) overlapped. A job with no start overlapped none."""
+    start, end = _naive(jobs["start"])[:, None], _naive(jobs["end"])[:, None]
+    t0, t1 = _naive(steps["t0"])[None, :], _naive(steps["t1"])[None, :]
+    return (start <= t1) & np.where(np.isnat(end), ~np.isnat(t0), end >= t0)
 
 
 def _step_times(ctx: Context, run: pd.Series) -> pd.DataFrame:
     """The run's steps with start and end times (start of the run plus the durations before, where
     the output had no timestamps) and the step's typical (median) duration."""
-    steps = ctx.data["steps"]
-    steps = steps[steps["run_id"] == run["run_id"]].sort_values("step").copy()
+    steps = ctx.of_run("steps", run["run_id"]).sort_values("step").copy()
     if steps.empty:
         return steps
     before = steps["duration_s"].cumsum() - steps["duration_s"]
@@ -374,35 +414,44 @@ def _neighbours(ctx: Context, run: pd.Series, steps: pd.DataFrame, slow: set[int
                                                                                          pd.DataFrame]:
     """Every user alongside the run, with the dataset's view of them; and, per step, how many jobs
     of each implicated user were running (:func:`_presence`; users with none left out)."""
-    neigh = ctx.data["neighbourhood"]
-    neigh = neigh[neigh["run_id"] == run["run_id"]]
-    ranking = ctx.ranking(run["dataset"])
+    neigh = ctx.of_run("neighbourhood", run["run_id"])
+    rows = ctx.ranking_rows(run["dataset"])
     implicated = ctx.implicated(run["dataset"])
     elsewhere = ctx.implicated_elsewhere(run["dataset"])
     present = pd.DataFrame(index=steps["step"] if not steps.empty else [])
+    # Per job: the steps it overlapped, and whether each is a slow one.
+    during = _during(neigh, steps) if not steps.empty else None
+    slow_step = np.isin(steps["step"].to_numpy(), list(slow)) if not steps.empty else None
+
+    def column(name):
+        return neigh[name].to_numpy(dtype=float, na_value=np.nan)
+
+    job_ids, users = neigh["job_id"].to_numpy(dtype=object), neigh["user"].to_numpy(dtype=object)
+    nodes, overlap = column("num_nodes"), column("overlap_s")
+    groups, routers = column("shared_groups"), column("shared_routers")
     out = []
-    for user, jobs in neigh.groupby("user"):
-        running = pd.Series(False, index=present.index)
-        if not steps.empty:
-            for job in jobs[jobs["start"].notna()].itertuples():
-                running |= _during(job, steps)
-        row = ranking.loc[user] if ranking is not None and user in ranking.index else None
+    for user, at in neigh.groupby("user").indices.items():
+        row = rows.get(user)
 
         def val(key, row=row):
             return None if row is None or pd.isna(row.get(key)) else row.get(key)
+
+        def largest(values, at=at):
+            return int(np.nanmax(values[at])) if (~np.isnan(values[at])).any() else None
+        running = during[at].any(axis=0) if during is not None else None
+        mine = overlap[at]
         out.append(NeighbourEvidence(
-            user=str(user), jobs=int(jobs["job_id"].nunique()), max_nodes=int(jobs["num_nodes"].max()),
-            overlap_s=float(jobs["overlap_s"].sum()) if jobs["overlap_s"].notna().any() else None,
-            shared_groups=int(jobs["shared_groups"].max()) if jobs["shared_groups"].notna().any() else None,
-            shared_routers=int(jobs["shared_routers"].max()) if jobs["shared_routers"].notna().any() else None,
-            slow_steps_alongside=int(running[running.index.isin(slow)].sum()) if len(running) else None,
+            user=str(user), jobs=len({j for j in job_ids[at] if not pd.isna(j)}), max_nodes=int(np.nanmax(nodes[at])),
+            overlap_s=float(np.where(np.isnan(mine), 0.0, mine).sum()) if (~np.isnan(mine)).any() else None,
+            shared_groups=largest(groups), shared_routers=largest(routers),
+            slow_steps_alongside=int((running & slow_step).sum()) if running is not None and len(running) else None,
             implicated=user in implicated, implicated_elsewhere=elsewhere.get(str(user), []),
             rank_mi=None if val("rank_mi") is None else int(val("rank_mi")),
             nodes_r=val("nodes_r"), nodes_p=val("nodes_p"), log_r=val("log_r"), log_p=val("log_p"),
             mean_time_with_s=val("mean_time_with_s"),
             mean_time_without_s=val("mean_time_without_s")))
     out.sort(key=lambda e: (not e.implicated, -(e.overlap_s or 0.0), e.user))
-    there = [u for u in ctx.suspects(run["dataset"]) if u in set(neigh["user"])]
+    there = [u for u in ctx.suspects(run["dataset"]) if u in set(users)]
     present = _presence(ctx, run, steps, there) if there and not steps.empty else present
     present = present.loc[:, present.sum() > 0] if len(present.columns) else present
     return out, present
