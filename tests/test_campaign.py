@@ -30,6 +30,10 @@ campaign:
   checks: [reframe_tests/microbenchmarks]
   tests: [Collectives, Confidence]
   options: ["-S", "Collectives.iterations={iterations}"{extra}]
+# No interference experiment: the default's simulated one (about 40 s of CPU) is the main job's
+# to test (test_workflow), not these rounds'.
+interference:
+  experiment: null
 """
 
 

@@ -282,6 +282,8 @@ LOCAL_CAMPAIGN = """source: campaign
   checks: [reframe_tests/microbenchmarks]
   tests: [Collectives]
   options: ["-S", "Collectives.iterations=50"]
+interference:
+  experiment: null  # the main job's simulated one is tested there; not again for this campaign
 """
 
 
