@@ -291,6 +291,12 @@ def test_report_loads_without_errors_and_every_section_has_figures(page, main_jo
         if sid == "provenance":
             text = sec.inner_text()
             assert "sqlite:///" in text and "mlflow ui --backend-store-uri" in text and "snakemake" in text
+            # The MLflow UI started as docs/getting-started/mlflow.md starts it, with its variables.
+            doc = next(ln for ln in (REPO / "docs" / "getting-started" / "mlflow.md").read_text().splitlines()
+                       if "bin/mlflow ui " in ln)
+            variables = doc.split(".venv/bin/mlflow")[0]
+            assert "MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false" in variables, doc
+            assert f"{variables}mlflow ui --backend-store-uri sqlite:///" in text, text
             assert "preset: demo" in text  # the configuration the run used
             continue
         if sid == "findings":
