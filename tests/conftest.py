@@ -6,6 +6,7 @@ SOURCES.md naming where every file came from). ``HPCVAR_SAMPLES`` overrides the 
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -282,8 +283,9 @@ def build_cache(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def campaign(tmp_path_factory):
-    """``campaign(preset, seed, days)``: a simulated campaign, collated; simulated once per test
-    session (shared by the xdist workers), with a dataset copy of each worker's own.
+    """``campaign(preset, seed, days, **overrides)``: a simulated campaign, collated; simulated
+    once per test session (shared by the xdist workers), with a dataset copy of each worker's own.
+    ``overrides`` are further preset fields (e.g. ``datasets=()``: the microbenchmark alone).
 
     The raw files are shared, to be read only (``raw`` is the path they were collated from, so the
     quarantine's file names match); the dataset is copied, so what an analysis writes beside it
@@ -297,16 +299,17 @@ def campaign(tmp_path_factory):
 
     cache: dict[tuple, Campaign] = {}
 
-    def build(preset: str, seed: int, days: int, out: Path) -> None:
-        truth = simulate(preset, seed=seed, out=out / "raw", overrides={"days": days}, progress=False)
+    def build(preset: str, seed: int, overrides: dict, out: Path) -> None:
+        truth = simulate(preset, seed=seed, out=out / "raw", overrides=overrides, progress=False)
         collated = collate(out / "raw", out / "dataset", Pseudonymiser(SALT))
         (out / "objects.pickle").write_bytes(pickle.dumps((truth, collated)))
 
-    def get(preset: str = "demo", seed: int = 0, days: int = 30) -> Campaign:
-        key = (preset, seed, days)
+    def get(preset: str = "demo", seed: int = 0, days: int = 30, **overrides) -> Campaign:
+        key = (preset, seed, days, repr(sorted(overrides.items())))
         if key not in cache:
-            name = f"{preset}-s{seed}-d{days}"
-            built = build_once(tmp_path_factory, name, lambda out: build(preset, seed, days, out))
+            name = f"{preset}-s{seed}-d{days}" + (f"-{hashlib.sha1(key[-1].encode()).hexdigest()[:8]}" if overrides else "")
+            built = build_once(tmp_path_factory, name,
+                               lambda out: build(preset, seed, {"days": days, **overrides}, out))
             base = tmp_path_factory.mktemp(name)
             shutil.copytree(built / "dataset", base / "dataset")
             truth, collated = pickle.loads((built / "objects.pickle").read_bytes())

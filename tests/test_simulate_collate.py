@@ -92,6 +92,30 @@ def test_a_campaign_of_the_microbenchmark_alone_simulates_and_collates(tmp_path)
     runs = Dataset(tmp_path / "dataset").read("runs")
     assert set(runs["dataset"]) == {planted["dataset"]}
     assert sorted(runs["run_id"]) == sorted(r["run_id"] for r in planted["runs"])
+    # Collation's b, from sacct alone, is the simulator's own for every run.
+    b = pd.DataFrame(planted["runs"]).set_index("run_id")["b"]
+    assert runs.set_index("run_id")["bg_traffic"].to_numpy() == pytest.approx(b.loc[runs["run_id"]].to_numpy(), abs=1e-6)
+
+
+def test_the_simulators_b_counts_the_jobs_sacct_shows_running_at_the_runs_start():
+    """sacct prints whole seconds: a job that starts after a run within the run's first second
+    is running there for collation, and one that ends within it is not. The simulator's b (its
+    truth) counts the jobs collation counts (a demo campaign of seed 4 had one such run)."""
+    from hpcvar.simulate.schedule import Background
+    from hpcvar.simulate.system import Users
+    from hpcvar.system.background import running_at
+
+    starts, ends = [90.0, 99.2, 100.0, 100.4, 101.0], [100.3, 100.9, 200.0, 200.0, 300.0]  # by start
+    jobs = pd.DataFrame({"user": "u", "start": starts, "end": ends, "nodes": 4, "node_idx": [np.arange(4)] * 5})
+    bg = Background(jobs, Users(pd.DataFrame({"user": ["u"], "comm": [1.0]}), {}, {}))
+    t = 100.6  # a run's start; sacct prints 100
+    assert bg.running(t).tolist() == [False, True, True, True, False]
+    as_sacct = pd.DataFrame({"job_id": [str(i) for i in range(5)],
+                             "start": pd.to_datetime(bg.start, unit="s").floor("s"),
+                             "end": pd.to_datetime(bg.end, unit="s").floor("s")})
+    seen = running_at(as_sacct, pd.Timestamp(t, unit="s").floor("s"))
+    assert sorted(seen["job_id"]) == ["2", "3"]
+    assert bg.running_in_sacct(t).tolist() == [False, False, True, True, False]
 
 
 def test_preset_overrides_are_typed_and_checked():

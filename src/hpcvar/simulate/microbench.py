@@ -111,9 +111,10 @@ class MicrobenchmarkRuns:
 
     # --- runs -------------------------------------------------------------------------------
     def load(self, t: float) -> tuple[float, dict]:
-        """True background load at ``t`` and the scheduler's view of it (the b heuristic's terms)."""
+        """True background load at ``t`` and the scheduler's view of it (the b heuristic's terms,
+        on the jobs sacct shows running at the run's start, as collation computes b)."""
         bg = self.c.background
-        nodes = bg.jobs["nodes"].to_numpy()[bg.running(t)]
+        nodes = bg.jobs["nodes"].to_numpy()[bg.running_in_sacct(t)]
         n_t = int(self.compute.sum())
         load = bg.load(t, n_t)
         n_a = int(nodes.sum())

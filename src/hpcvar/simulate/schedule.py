@@ -96,6 +96,8 @@ class Background:
         self.jobs = jobs.iloc[order].reset_index(drop=True)
         self.start = self.jobs["start"].to_numpy()
         self.end = self.jobs["end"].to_numpy()
+        # The times as sacct prints them (whole seconds, floored: simulate/writers.py).
+        self._start_s, self._end_s = np.floor(self.start), np.floor(self.end)
         self.max_duration = float((self.jobs["end"] - self.jobs["start"]).max())
         # Each job's user's communication intensity, and whether the job is large.
         self.comm = users.table.set_index("user").loc[self.jobs["user"], "comm"].to_numpy()
@@ -115,6 +117,13 @@ class Background:
     def running(self, t: float) -> np.ndarray:
         """Which jobs run at ``t`` (a mask)."""
         return (self.start <= t) & (self.end > t)
+
+    def running_in_sacct(self, t: float) -> np.ndarray:
+        """Which jobs sacct shows running at ``t``'s second, as collation counts them
+        (:func:`hpcvar.system.background.running_at`, ``start <= t < end`` on the whole seconds
+        sacct prints): a job that starts or ends within that second is on the other side of it."""
+        at = np.floor(t)
+        return (self._start_s <= at) & (self._end_s > at)
 
     def load(self, t: float, nodes: int) -> float:
         """The nodes held by the jobs running at ``t``, each weighted by its user's communication
