@@ -106,3 +106,23 @@ def test_mlflow_telemetry_is_off_unless_the_user_allows_it(preset, expected):
             "print(MLFLOW_DISABLE_TELEMETRY.get())")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == str(expected)
+
+
+def test_a_logged_tables_schema_is_mlflows_own_inference(campaign):
+    """tracking.Table (what log_dataset logs) describes every table the analyses log as MLflow's
+    pandas dataset does, value by value: types, missing values (steps' counters, latency's pairs),
+    digest and profile; a frame with Python-object columns keeps MLflow's inference."""
+    from hpcvar.data.dataset import Dataset
+    from hpcvar.tracking import Table
+
+    ds = Dataset(campaign("demo", 3, 2).dataset)
+    frames = {t: ds.read(t) for t in ("runs", "steps", "latency", "neighbourhood", "step_counters")}
+    frames["object"] = pd.DataFrame({"a": ["x", 1, None], "b": [1.0, np.nan, 2.0]})
+    assert frames["steps"].isna().any().any() and not frames["latency"].empty
+    for name, frame in frames.items():
+        frame = frame.astype({c: "float64" for c in frame.columns if pd.api.types.is_integer_dtype(frame[c])})
+        theirs = mlflow.data.from_pandas(frame, source="file:///data", name=name)
+        ours = Table(theirs.df, theirs.source, name=name, digest=theirs.digest)
+        assert ours.to_dict() == theirs.to_dict(), name
+        if name != "object":  # MLflow infers no schema for a column of strings and numbers
+            assert ours.schema is not None and ours.schema.to_dict() == theirs.schema.to_dict(), name
