@@ -502,9 +502,9 @@ def test_simulated_latency_by_locality_and_background_traffic(campaign, tmp_path
     tail with the background load (simulate/microbench.py); the b heuristic, computed at
     collation from sacct alone, must see that, and equal the simulator's own b.
 
-    On the demo campaign the suite shares, and on a second seed's of the microbenchmark alone
-    (the other users' jobs as in the demo, no application runs: seconds to simulate and collate,
-    not a minute). About 55 runs per campaign: the p99 ordering of the b groups is not met on
+    On the demo campaign the suite shares, and on a campaign of another seed with the
+    microbenchmark alone (the other users' jobs as in the demo, no application runs: seconds to
+    simulate and collate, not a minute). About 55 runs per campaign: the p99 ordering of the b groups is not met on
     every seed (of seeds 1-4 of the microbenchmark alone, seed 1's 64 KiB alltoall missed it)."""
     from hpcvar.analyses.distributions import LOCALITY_ORDER, by_condition
 

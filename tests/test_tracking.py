@@ -109,9 +109,9 @@ def test_mlflow_telemetry_is_off_unless_the_user_allows_it(preset, expected):
 
 
 def test_a_logged_tables_schema_is_mlflows_own_inference(campaign):
-    """tracking.Table (what log_dataset logs) describes every table the analyses log as MLflow's
-    pandas dataset does, value by value: types, missing values (steps' counters, latency's pairs),
-    digest and profile; a frame with Python-object columns keeps MLflow's inference."""
+    """tracking.Table (what log_dataset logs) describes the dataset's tables as MLflow's pandas
+    dataset does: types, missing values (the steps' reported times), digest and profile; a frame
+    with Python-object columns keeps MLflow's inference."""
     from hpcvar.data.dataset import Dataset
     from hpcvar.tracking import Table
 
