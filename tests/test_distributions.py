@@ -496,7 +496,7 @@ def test_unknown_settings_are_refused_by_name(tmp_path):
 # --- background traffic and locality on the simulated system (planted truth) -----------------
 
 
-@pytest.mark.parametrize("seed, overrides", [(0, {}), (2, {"datasets": ()})], ids=["demo-0", "microbenchmark-2"])
+@pytest.mark.parametrize("seed, overrides", [(0, {}), (4, {"datasets": ()})], ids=["demo-0", "microbenchmark-4"])
 def test_simulated_latency_by_locality_and_background_traffic(campaign, tmp_path, seed, overrides):
     """The simulator makes every collective slower the less local its nodes and lengthens the
     tail with the background load (simulate/microbench.py); the b heuristic, computed at
@@ -505,7 +505,9 @@ def test_simulated_latency_by_locality_and_background_traffic(campaign, tmp_path
     On the demo campaign the suite shares, and on a campaign of another seed with the
     microbenchmark alone (the other users' jobs as in the demo, no application runs: seconds to
     simulate and collate, not a minute). About 55 runs per campaign: the p99 ordering of the b groups is not met on
-    every seed (of seeds 1-4 of the microbenchmark alone, seed 1's 64 KiB alltoall missed it)."""
+    every seed (of seeds 1-4 of the microbenchmark alone, seed 1's 64 KiB alltoall missed it).
+    Seed 4 has a run that starts in the same second as another job starts or ends: b counts the
+    jobs sacct shows in that second (counting those at the exact start gave 87.11, not 85.40)."""
     from hpcvar.analyses.distributions import LOCALITY_ORDER, by_condition
 
     c = campaign("demo", seed, 15, **overrides)
