@@ -206,3 +206,39 @@ def test_imb_measures_what_collectives_measures(local_round):
     assert set(table["size_bytes"]) == {8, 1024, 65536}
     assert (table["processes"] == 2).all()
     assert (table["repetitions"] == 200).all()
+
+
+def test_the_suites_own_codes_are_built_once_per_cache_and_rebuilt_when_their_inputs_change(tmp_path):
+    """``HPCVAR_BUILD_CACHE`` keeps the AMG proxy's and the microbenchmarks' builds too, as it
+    keeps Table I's: a campaign's every round is a ReFrame session, and each rebuilt both (on the
+    testbed 10-25 s of a round's 20-25 s). The first session builds into the cache, the second
+    reuses those installs (no make) and records the same provenance; another hypre library
+    directory (``-S hypre_libdir=...``, a different hypre) is another entry, built anew."""
+    cache = tmp_path / "cache"
+
+    def session(name: str, *extra: str) -> tuple[dict, str]:
+        report = tmp_path / f"{name}.json"
+        cmd = [str(Path(sys.executable).with_name("reframe")), "-C", "config/reframe/settings.py", "--system", "local",
+               "-c", "reframe_tests/apps/amgproxy", "-c", "reframe_tests/microbenchmarks", "-n", "^AMGProxy",
+               "-n", "^Collectives", *extra, "--report-file", str(report), "-r"]
+        out = subprocess.run(cmd, cwd=REPO, env=reframe_env(tmp_path / name, cache, None), capture_output=True,
+                             text=True, timeout=600)
+        assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+        cases = {c["display_name"].split(" ")[0]: c for run in json.loads(report.read_text())["runs"]
+                 for c in run["testcases"]}
+        builds = "".join(p.read_text() for p in (tmp_path / name / "output").rglob("rfm_build.out"))
+        return cases, builds
+
+    first, built = session("first")
+    entries = sorted(p.name for p in cache.iterdir() if p.is_dir())
+    assert [e.split("-")[0] for e in entries] == ["amgproxy", "microbenchmarks"], entries
+    assert "installed" in built and "reusing" not in built
+    again, reused = session("again")
+    assert reused.count("reusing") == 2 and "+ make" not in reused, reused
+    for test in ("AMGProxy", "Collectives"):
+        assert again[test]["result"] == first[test]["result"] == "pass"
+        assert again[test]["software"] == first[test]["software"]
+    libdir = subprocess.run(["gcc", "-print-multiarch"], capture_output=True, text=True).stdout.strip()
+    _, other = session("other-hypre", "-S", f"hypre_libdir=/usr/lib/{libdir}")
+    assert "installed" in other and other.count("reusing") == 1  # the microbenchmarks' entry is unchanged
+    assert len([p for p in cache.iterdir() if p.is_dir()]) == 3

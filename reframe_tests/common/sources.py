@@ -8,6 +8,8 @@ Builds go into the stage directory, or, with ``HPCVAR_BUILD_CACHE=DIR`` (``-S bu
 into ``DIR/<app>-<environ>-<hash of the source provenance>``, shared by every ReFrame session
 that builds the same sources with the same environment (several rounds of a campaign, the
 ``local`` and ``local-slurm`` runs of CI): the first builds under a lock, the others reuse it.
+The suite's own codes (the AMG proxy, the microbenchmarks) are cached the same way
+(:meth:`BareMetalBuild.build_once`), keyed by the hash of their sources (:func:`own_sources_key`).
 The tools the application tests use (mpiP) have their fixtures here too.
 """
 
@@ -60,6 +62,20 @@ def source_unavailable(app: str, mirror: str | None = None) -> str | None:
     return None
 
 
+def own_sources_key(source_dir: Path, *more: Path | str) -> str:
+    """What names a build of the suite's own code in the build cache: the hash of its sources
+    (``Makefile``, ``*.c``, ``*.h`` of ``source_dir``, as its build script hashes them for the
+    provenance) and of ``more`` (the build script; files are read, other values taken as text:
+    a library's include directory, ...), so a changed source, script or library builds anew."""
+    h = hashlib.sha256()
+    files = sorted(f for pattern in ("Makefile", "*.c", "*.h") for f in source_dir.glob(pattern))
+    for item in (*files, *more):
+        path = Path(item) if isinstance(item, Path) else None
+        h.update(str(item).encode() + b"\0")
+        h.update(path.read_bytes() if path is not None and path.is_file() else b"")
+    return h.hexdigest()[:12]
+
+
 class BareMetalBuild(rfm.RegressionTestPlugin):
     """For the fixtures that fetch and build what bare-metal runs use. ``-S image=...`` sets
     ``image`` in the fixtures too (ReFrame sets a variable in every test that has it): when the
@@ -67,10 +83,32 @@ class BareMetalBuild(rfm.RegressionTestPlugin):
     fixture does nothing but say so. Codes without one (IMB, mpiP) are built as usual."""
 
     image = variable(str, value="")
+    #: Shared install tree (``HPCVAR_BUILD_CACHE``; ``-S build_cache=DIR``); empty: build into the
+    #: stage directory.
+    build_cache = variable(str, value=os.environ.get("HPCVAR_BUILD_CACHE", ""))
 
     def code_name(self) -> str:
         """The code this fixture builds, as the image definitions name it."""
         return self.app
+
+    def cached_prefix(self, key: str) -> str:
+        """Where the build installs: ``install/`` in the stage directory, or with a build cache
+        ``DIR/<code>-<environ>-<key>``, ``key`` naming what was built (its sources' hash)."""
+        if not self.build_cache:
+            return str(Path(self.stagedir) / "install")
+        return str(Path(self.build_cache).resolve() / f"{self.code_name()}-{self.current_environ.name}-{key}")
+
+    def build_once(self, build: str, built: str) -> list[str]:
+        """The build's commands: ``build`` itself without a cache; with one, under the prefix's
+        lock, and only when the shell test ``built`` says the prefix does not hold it yet (what was
+        left by a build that did not finish is removed first), so concurrent sessions wait for the
+        one that builds and later ones reuse it."""
+        prefix = self.install_prefix
+        if not self.build_cache:
+            return [build]
+        return [f"mkdir -p {Path(prefix).parent}",
+                f"flock {prefix}.lock sh -c 'if {built}; then echo \"[hpcvar-build {self.code_name()}] reusing {prefix}\"; "
+                f"else rm -rf {prefix} && {build}; fi'"]
 
     def in_image(self) -> bool:
         from .containers import definitions
@@ -145,8 +183,6 @@ class BuildFromSources(rfm.CompileOnlyRegressionTest, BareMetalBuild):
     build_system = "CustomBuild"
     sourcesdir = str(BUILD_DIR)
     build_jobs = variable(int, value=min(8, os.cpu_count() or 1))
-    #: Shared install tree (``HPCVAR_BUILD_CACHE``); empty: build into the stage directory.
-    build_cache = variable(str, value=os.environ.get("HPCVAR_BUILD_CACHE", ""))
 
     @run_before("compile")
     def _commands(self):
@@ -154,16 +190,10 @@ class BuildFromSources(rfm.CompileOnlyRegressionTest, BareMetalBuild):
         env = self.current_environ
         prefix = self.install_prefix
         build = (f"bash {self.app}.sh {src} {prefix} && cp {src}/.hpcvar-source {prefix}/.hpcvar-source")
-        if self.build_cache:
-            # Reuse a complete install of the same sources (its .hpcvar-source is written
-            # last); concurrent sessions wait for the one that builds.
-            build = (f"flock {prefix}.lock sh -c 'if cmp -s {src}/.hpcvar-source {prefix}/.hpcvar-source; "
-                     f"then echo \"[hpcvar-build {self.app}] reusing {prefix}\"; "
-                     f"else rm -rf {prefix} && {build}; fi'")
+        # A complete install of the same sources: its .hpcvar-source (copied last) is the fetch's.
         self.build_system.commands = self.bare_metal_only([
-            f"mkdir -p {Path(prefix).parent}",
             f"export MPICC={env.cc} MPICXX={env.cxx} MPIF90={env.ftn or 'mpif90'} MAKE_JOBS={self.build_jobs}",
-            build,
+            *self.build_once(build, f"cmp -s {src}/.hpcvar-source {prefix}/.hpcvar-source"),
         ])
 
     @sanity_function
@@ -175,11 +205,11 @@ class BuildFromSources(rfm.CompileOnlyRegressionTest, BareMetalBuild):
     @property
     def install_prefix(self) -> str:
         if not self.build_cache:
-            return str(Path(self.stagedir) / "install")
+            return self.cached_prefix("")
         source = Path(self.sources.source_dir, ".hpcvar-source")
         # --dry-run fetches nothing: the job scripts then name a prefix that was never built.
-        key = hashlib.sha256(source.read_bytes()).hexdigest()[:12] if source.exists() else "not-fetched"
-        return str(Path(self.build_cache).resolve() / f"{self.app}-{self.current_environ.name}-{key}")
+        return self.cached_prefix(hashlib.sha256(source.read_bytes()).hexdigest()[:12] if source.exists()
+                                  else "not-fetched")
 
     def provenance(self) -> str:
         """``<app> <version> <git url> <commit>`` as fetch.sh recorded it (a mirror fetch

@@ -18,8 +18,9 @@ from reframe.core.builtins import fixture, parameter, run_after, run_before, san
 
 from ..common.containers import ContainerRun
 from ..common.mixins import CampaignRun, CounterSampler, node_counts
-from ..common.sources import BUILD_DIR, BareMetalBuild
+from ..common.sources import BUILD_DIR, BareMetalBuild, own_sources_key
 
+SRC = Path(__file__).resolve().parent / "src"
 PROGRAMS = ("hpcvar-collectives", "hpcvar-overtime", "hpcvar-confidence", "hpcvar-aggressor")
 
 
@@ -33,8 +34,10 @@ class build_microbenchmarks(rfm.CompileOnlyRegressionTest, BareMetalBuild):
     @run_before("compile")
     def _commands(self):
         env = self.current_environ
-        self.build_system.commands = self.bare_metal_only([
-            f"MPICC={env.cc} bash {BUILD_DIR / 'microbenchmarks.sh'} . {self.install_prefix}"])
+        # A complete install (the script writes .hpcvar-source last) of the same sources.
+        self.build_system.commands = self.bare_metal_only(self.build_once(
+            f"MPICC={env.cc} bash {BUILD_DIR / 'microbenchmarks.sh'} . {self.install_prefix}",
+            f"test -f {self.install_prefix}/.hpcvar-source"))
 
     @sanity_function
     def built(self):
@@ -50,7 +53,9 @@ class build_microbenchmarks(rfm.CompileOnlyRegressionTest, BareMetalBuild):
 
     @property
     def install_prefix(self) -> str:
-        return str(Path(self.stagedir) / "install")
+        """The stage directory's ``install/``, or the build cache's entry for these sources and
+        this build script (``HPCVAR_BUILD_CACHE``: every round of a campaign reuses the one build)."""
+        return self.cached_prefix(own_sources_key(SRC, BUILD_DIR / "microbenchmarks.sh"))
 
     def provenance(self) -> str:
         return Path(self.install_prefix, ".hpcvar-source").read_text().strip()

@@ -24,7 +24,7 @@ from hpcvar.util.grids import factor
 
 from ...common.app import AppRun
 from ...common.mixins import node_counts, sized
-from ...common.sources import BUILD_DIR, BareMetalBuild
+from ...common.sources import BUILD_DIR, BareMetalBuild, own_sources_key
 
 
 SRC = Path(__file__).resolve().parent / "src"
@@ -48,15 +48,21 @@ class build_amgproxy(rfm.CompileOnlyRegressionTest, BareMetalBuild):
 
     @property
     def install_prefix(self) -> str:
-        return str(Path(self.stagedir) / "install")
+        """The stage directory's ``install/``, or the build cache's entry for these sources,
+        this build script and this hypre (``HPCVAR_BUILD_CACHE``: every round of a campaign
+        reuses the one build)."""
+        hypre = Path(self.hypre_include, "HYPRE_config.h")
+        return self.cached_prefix(own_sources_key(SRC, BUILD_DIR / "amgproxy.sh", hypre, self.hypre_libdir))
 
     @run_before("compile")
     def _commands(self):
         env = f"MPICC={self.current_environ.cc} HYPRE_INCLUDE={self.hypre_include}"
         if self.hypre_libdir:
             env += f" HYPRE_LIBDIR={self.hypre_libdir}"
-        self.build_system.commands = self.bare_metal_only([
-            f"{env} bash {BUILD_DIR / 'amgproxy.sh'} . {self.install_prefix}"])
+        # A complete install (the script writes .hpcvar-source last) of the same sources.
+        self.build_system.commands = self.bare_metal_only(self.build_once(
+            f"{env} bash {BUILD_DIR / 'amgproxy.sh'} . {self.install_prefix}",
+            f"test -f {self.install_prefix}/.hpcvar-source"))
 
     @sanity_function
     def built(self):
