@@ -79,8 +79,8 @@ def test_no_cause_is_given_more_seconds_than_the_runs_steps_lost(explained):
     predict far beyond what a step took (before the split was brought within each step's excess,
     17 of amg-512's 47 runs in benchmarks/bench_explain.py's campaign had a cause larger than all
     the time their steps lost over typical, and a step faster than typical still gave seconds).
-    Every cause of every run of the
-    dataset: at most the time the run's steps took beyond their typical (out-of-fold) times."""
+    Every cause of every run of the dataset: at most the time the run's steps took beyond their
+    typical (out-of-fold) times."""
     c, out, _, _ = explained
     ctx = explain.Context(c.dataset, out)
     name = "amg-512"
