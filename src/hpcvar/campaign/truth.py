@@ -57,8 +57,8 @@ def score_explanations(explained: pd.DataFrame, runs: pd.DataFrame, truth: dict,
     planted workload:
 
     * ``culprit``: the runs that shared a global link with the culprit's traffic (across groups, in
-      a round with it) and were at least ``slow`` slower than their dataset's median; ``hits``:
-      those whose top cause is the culprit (neighbours, its pseudonym);
+      a round with it) and were at least ``slow`` slower than their dataset's median (``run_ids``);
+      ``hits``: those whose top cause is the culprit (neighbours, its pseudonym);
     * ``hog``: the slowed runs of rounds with the CPU-only user and without the culprit, before
       the upgrade (after it the slower links are a real network cause); ``blamed_on_network``:
       those whose top cause is the network or a traffic neighbour.
@@ -72,6 +72,7 @@ def score_explanations(explained: pd.DataFrame, runs: pd.DataFrame, truth: dict,
     hog = slowed[slowed["hog"] & ~slowed["culprit"] & (slowed["global_rate"] == base)]
     network = hog[hog["top_category"].isin(["network", "neighbours"])]
     return {"culprit": {"runs": len(shared), "hits": len(hits), "share": len(hits) / len(shared) if len(shared) else None,
-                        "named": shared["top_category"].fillna("none").value_counts().to_dict()},
+                        "named": shared["top_category"].fillna("none").value_counts().to_dict(),
+                        "run_ids": shared["run_id"].tolist()},
             "hog": {"runs": len(hog), "blamed_on_network": len(network),
                     "named": hog["top_category"].fillna("none").value_counts().to_dict()}}
