@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/bench_attention_stack.py                  # demo MILC, 30 days, seed 0
     .venv/bin/python benchmarks/bench_attention_stack.py --dataset milc-512 --ensemble 4 --keep /tmp/bas
+    .venv/bin/python benchmarks/bench_attention_stack.py --default-transfer    # the stack's batch hook
 
 The networks of the forecaster's cell m=10, k=20 on a simulated MILC dataset (every feature
 set, ``--ensemble`` members, every fold: what ``grid.evaluate_cell`` trains), built as the
@@ -9,7 +10,9 @@ forecaster builds them (``models.attention_jobs``), trained twice with the forec
 settings: each network alone (``attention.fit``, one Lightning loop each) and all of them in
 one loop, those of one shape stacked into one model (``attention.fit_many``). Prints both wall
 times, their ratio, and whether every network's weights are the same to the last bit (they
-must be: fit_many's contract, tests/test_forecast.py).
+must be: fit_many's contract, tests/test_forecast.py). ``--default-transfer`` trains the stack
+twice instead: with Lightning's default ``transfer_batch_to_device``, then with the stack's own,
+which hands the step's row indices over as they are.
 
 "One at a time" is not what the forecaster did before the stack (27f828d): that trained a cell's
 networks in one Lightning loop too, calling each network's forward and loss in turn. Against that
@@ -37,6 +40,9 @@ def main() -> None:
     ap.add_argument("--dataset", default="milc-128", choices=("milc-128", "milc-512"))
     ap.add_argument("--ensemble", type=int, default=2)
     ap.add_argument("--keep", help="keep (and reuse) the campaign under this directory")
+    ap.add_argument("--default-transfer", action="store_true",
+                    help="instead of one at a time, train the stack with Lightning's default "
+                         "transfer_batch_to_device (which walks each step's index lists), then with fit_many's own")
     a = ap.parse_args()
     import torch
 
@@ -66,15 +72,27 @@ def main() -> None:
           f"x {a.ensemble}), {sum(len(j.x) for j in jobs)} training windows in all; torch threads "
           f"{torch.get_num_threads()}", flush=True)
     t0 = time.perf_counter()
-    alone = [attention.fit(j.x, j.y, j.x_val, j.y_val, seed=j.seed, **kw) for j in jobs]
+    if a.default_transfer:
+        import pytorch_lightning as pl
+
+        own = attention.Together.transfer_batch_to_device
+        attention.Together.transfer_batch_to_device = pl.LightningModule.transfer_batch_to_device
+        try:
+            alone = attention.fit_many(jobs, **kw)
+        finally:
+            attention.Together.transfer_batch_to_device = own
+        what = "Lightning's default transfer"
+    else:
+        alone = [attention.fit(j.x, j.y, j.x_val, j.y_val, seed=j.seed, **kw) for j in jobs]
+        what = "one at a time"
     t_alone = time.perf_counter() - t0
-    print(f"one at a time: {t_alone:.1f} s", flush=True)
+    print(f"{what}: {t_alone:.1f} s", flush=True)
     t0 = time.perf_counter()
     stacked = attention.fit_many(jobs, **kw)
     t_stacked = time.perf_counter() - t0
     same = all(torch.equal(x, y) for p, q in zip(alone, stacked) for x, y in zip(p.state_dict().values(),
                                                                                 q.state_dict().values()))
-    print(f"stacked:       {t_stacked:.1f} s  ({t_stacked / t_alone:.2f} of one at a time); "
+    print(f"stacked:       {t_stacked:.1f} s  ({t_stacked / t_alone:.2f} of {what}); "
           f"the same weights to the last bit: {same}")
 
 

@@ -408,6 +408,13 @@ class Together(pl.LightningModule):
     def configure_optimizers(self):
         return MaskedAdamW([self.weights], lr=self.lr, weight_decay=self.weight_decay)
 
+    def transfer_batch_to_device(self, batch, device, dataloader_idx):
+        """The batch as it is: it holds row indices (plain ints, by network; the windows are in the
+        Stacks, on the CPU with the weights), nothing to move. Lightning's default walks it
+        element by element (``apply_to_collection``): for a cell's 30 networks, about 1,500 ints a
+        step, 58 s of the 265 s of a forecast test fixture's training under cProfile."""
+        return batch
+
     def training_step(self, batches, batch_idx):
         optimizer = self.optimizers()
         optimizer.zero_grad()
