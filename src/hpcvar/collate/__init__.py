@@ -501,22 +501,30 @@ def _aggregate_ldms(files, router_of, topo, runs, windows, spans, sums, reporter
     overlaps, so steps shorter than the sampling interval still get their share.
     """
     metric_names: list[str] | None = None
+    # Routers by number: a run's routers and the I/O routers are boolean tables over the numbers,
+    # looked up per row (np.isin over the rows' router names took 52 ms per run and chunk).
+    number = {r: i for i, r in enumerate(dict.fromkeys(router_of.values()))}
+    number_of = {producer: number[r] for producer, r in router_of.items()}
+    io_table = np.zeros(len(number), dtype=bool)
+    io_table[[number[r] for r in topo.io_routers if r in number]] = True
+    mine_tables: dict[int, np.ndarray] = {}
     bar = Progress("collate: LDMS chunks", 0)
     for chunk in ldms.iter_deltas(files):
         bar.step()
         if metric_names is None:
             metric_names = [c for c in chunk.columns if aries.is_counter(c) or linkcounters.is_counter(c)]
             link_only = np.array([linkcounters.is_counter(n) for n in _ldms_names(metric_names)])
-        routers = chunk["producer"].map(router_of)
-        known = routers.notna().to_numpy()
-        chunk, routers = chunk[known], routers[known].to_numpy()
+        numbers = chunk["producer"].map(number_of)
+        known = numbers.notna().to_numpy()
+        chunk, numbers = chunk[known], numbers[known].to_numpy(dtype=np.int64)
         if chunk.empty:
             continue
+        routers = chunk["producer"].map(router_of).to_numpy()
         t, t_prev = chunk["time"].to_numpy(), chunk["t_prev"].to_numpy()
         span = t - t_prev
         ok = span <= 3 * np.median(span)  # longer intervals span a monitoring gap
         values = _ldms_values(chunk[metric_names]).to_numpy()
-        is_io = np.array([r in topo.io_routers for r in routers])
+        is_io = io_table[numbers]
         for h in np.flatnonzero((spans[:, 0] < t.max()) & (spans[:, 1] > t_prev.min())):
             k, starts, ends, stepno = windows[h]
             first = np.searchsorted(ends, t_prev, side="right")   # first step ending after t_prev
@@ -524,7 +532,10 @@ def _aggregate_ldms(files, router_of, topo, runs, windows, spans, sums, reporter
             hit = ok & (first <= last)
             if not hit.any():
                 continue
-            not_mine = ~np.isin(routers, list(runs[k].routers))
+            if k not in mine_tables:
+                mine_tables[k] = np.zeros(len(number), dtype=bool)
+                mine_tables[k][[number[r] for r in runs[k].routers if r in number]] = True
+            not_mine = ~mine_tables[k][numbers]
             for offset in range(int((last[hit] - first[hit]).max()) + 1):
                 step_i = first + offset
                 sel = hit & (step_i <= last)
