@@ -503,8 +503,8 @@ def _aggregate_ldms(files, router_of, topo, runs, windows, spans, sums, reporter
     metric_names: list[str] | None = None
     # Routers by number: a run's routers and the I/O routers are boolean tables over the numbers,
     # looked up per row (np.isin over the rows' router names took 52 ms per run and chunk).
-    number = {r: i for i, r in enumerate(dict.fromkeys(router_of.values()))}
-    number_of = {producer: number[r] for producer, r in router_of.items()}
+    number = {r: i for i, r in enumerate(dict.fromkeys(r for r in router_of.values() if pd.notna(r)))}
+    number_of = {producer: number[r] for producer, r in router_of.items() if pd.notna(r)}
     io_table = np.zeros(len(number), dtype=bool)
     io_table[[number[r] for r in topo.io_routers if r in number]] = True
     mine_tables: dict[int, np.ndarray] = {}
