@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/bench_simulate.py                 # demo and paper
     .venv/bin/python benchmarks/bench_simulate.py --preset paper --collate
+    .venv/bin/python benchmarks/bench_simulate.py --preset paper --days 30 --collate   # the tests' paper fixture
 
 Each phase runs in a fresh process so its peak RSS is its own. Prints one line per phase.
 """
@@ -18,11 +19,11 @@ from pathlib import Path
 PHASE = r"""
 import json, resource, sys, time
 from pathlib import Path
-phase, preset, raw, ds = sys.argv[1:5]
+phase, preset, raw, ds, days = sys.argv[1:6]
 t = time.perf_counter()
 if phase == "simulate":
     from hpcvar.simulate import simulate
-    truth = simulate(preset, seed=0, out=raw, progress=False)
+    truth = simulate(preset, seed=0, out=raw, overrides={"days": int(days)} if days else None, progress=False)
     n = sum(d["runs"] for d in truth["datasets"].values())
 else:
     from hpcvar.collate import collate
@@ -41,6 +42,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", action="append", choices=["demo", "paper"])
     ap.add_argument("--collate", action="store_true", help="also time collation of the simulated files")
+    ap.add_argument("--days", type=int, help="simulate this many days instead of the preset's")
     ap.add_argument("--keep", type=Path, help="write the raw files here instead of a temporary directory")
     args = ap.parse_args()
     for preset in args.preset or ["demo", "paper"]:
@@ -48,7 +50,8 @@ def main() -> None:
             base = args.keep or Path(tmp)
             raw, ds = base / f"raw-{preset}", base / f"dataset-{preset}"
             for phase in ["simulate"] + (["collate"] if args.collate else []):
-                out = subprocess.run([sys.executable, "-c", PHASE, phase, preset, str(raw), str(ds)],
+                out = subprocess.run([sys.executable, "-c", PHASE, phase, preset, str(raw), str(ds),
+                                      str(args.days or "")],
                                      capture_output=True, text=True, check=True)
                 r = json.loads(out.stdout.strip().splitlines()[-1])
                 size = du_mb(raw if phase == "simulate" else ds)
