@@ -9,6 +9,7 @@ the analyses never see the truth.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,11 +30,15 @@ def runs_with_truth(runs: pd.DataFrame, truth: dict) -> pd.DataFrame:
     ``culprit`` (its traffic crossed the global links), ``hog`` (the CPU-only user was there),
     ``decoys`` (how many group-traffic jobs), ``global_rate`` (the links' rate that round), and
     ``across`` (the run spans more than one group, so it shares a global link with the culprit's
-    traffic whenever that runs)."""
+    traffic whenever that runs).
+
+    Slurm's accounting gives whole seconds (sacct truncates), the rounds' windows fractions of one:
+    a run that started within the round's first second reads as started before it, so a window
+    opens at its whole second."""
     rows = []
     for r in truth["rounds"]:
         kinds = [j["kind"] for j in r["jobs"]]
-        rows.append({"round": r["round"], "t0": r["start"], "t1": r["end"], "global_rate": r["global_rate"],
+        rows.append({"round": r["round"], "t0": math.floor(r["start"]), "t1": r["end"], "global_rate": r["global_rate"],
                      "culprit": "global-traffic" in kinds, "hog": "cpu" in kinds,
                      "decoys": kinds.count("group-traffic")})
     rounds = pd.DataFrame(rows)
@@ -59,9 +64,12 @@ def score_explanations(explained: pd.DataFrame, runs: pd.DataFrame, truth: dict,
     * ``culprit``: the runs that shared a global link with the culprit's traffic (across groups, in
       a round with it) and were at least ``slow`` slower than their dataset's median (``run_ids``);
       ``hits``: those whose top cause is the culprit (neighbours, its pseudonym);
-    * ``hog``: the slowed runs of rounds with the CPU-only user and without the culprit, before
-      the upgrade (after it the slower links are a real network cause); ``blamed_on_network``:
-      those whose top cause is the network or a traffic neighbour.
+    * ``hog``: the slowed runs inside one group of rounds with the CPU-only user and without the
+      culprit, before the upgrade (after it the slower links are a real network cause);
+      ``blamed_on_network``: those whose top cause is the network or a traffic neighbour. A run
+      across the groups is left out (``across_named``: what it was put on): its own traffic
+      crosses the slower global link, which its counters show, so the network is among its causes
+      whoever else was there.
     """
     table = runs_with_truth(runs, truth).merge(explained, on="run_id", how="inner")
     culprit = next(pseudonym(u) for u, role in truth["users"].items() if role == "culprit")
@@ -69,10 +77,13 @@ def score_explanations(explained: pd.DataFrame, runs: pd.DataFrame, truth: dict,
     shared = slowed[slowed["culprit"] & slowed["across"]]
     hits = shared[(shared["top_category"] == "neighbours") & (shared["top_user"] == culprit)]
     base = truth["rounds"][0]["global_rate"] if truth["rounds"] else None
-    hog = slowed[slowed["hog"] & ~slowed["culprit"] & (slowed["global_rate"] == base)]
+    hog_rounds = slowed[slowed["hog"] & ~slowed["culprit"] & (slowed["global_rate"] == base)]
+    hog = hog_rounds[~hog_rounds["across"]]
     network = hog[hog["top_category"].isin(["network", "neighbours"])]
     return {"culprit": {"runs": len(shared), "hits": len(hits), "share": len(hits) / len(shared) if len(shared) else None,
                         "named": shared["top_category"].fillna("none").value_counts().to_dict(),
                         "run_ids": shared["run_id"].tolist()},
             "hog": {"runs": len(hog), "blamed_on_network": len(network),
-                    "named": hog["top_category"].fillna("none").value_counts().to_dict()}}
+                    "named": hog["top_category"].fillna("none").value_counts().to_dict(),
+                    "across_named": hog_rounds.loc[hog_rounds["across"], "top_category"].fillna("none")
+                    .value_counts().to_dict()}}
