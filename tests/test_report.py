@@ -335,6 +335,14 @@ def test_report_numbers_are_the_summaries_and_mlflow_numbers(page, main_job):
         assert shown[name] == f"{100 * d['mape']:.1f}%"
         logged = client.get_run(summary["mlflow"]["runs"][name]).data.metrics["mape"]
         assert logged == pytest.approx(d["mape"])
+    # Each dataset's reading names the three counters selected in the most folds, with their shares.
+    text = " ".join(pg.locator('[data-section="deviation"]').inner_text().split())
+    for name, d in summary["datasets"].items():
+        first, *then = d["relevance"][:3]
+        expected = (f"{first['counter']} was selected in {100 * first['relevance']:.1f}% of the {d['folds']} folds"
+                    + (", then " + " and ".join(f"{r['counter']} ({100 * r['relevance']:.1f}%)" for r in then)
+                       if then else "") + ".")
+        assert expected in text, (name, expected)
 
 
 def test_report_tables_sort_on_click(page):

@@ -509,10 +509,14 @@ class Builder:
                                    s.path(d.relevance_figure(name)))
             if fig:
                 part.figures.append(fig)
-            first, second = d.relevance[0], (d.relevance[1] if len(d.relevance) > 1 else None)
+            # The three most relevant in words (as the relevance figure shows more of them): the
+            # first alone would hide a global-link counter behind the CPU pressure the emulated
+            # nodes' shared CPUs add.
+            first, *then = d.relevance[:3]
             part.reading = (
                 f"{_counter(d.top_counter)} was selected in {_pct(first.relevance)} of the {d.folds} folds"
-                + (f", then {_counter(second.counter)} ({_pct(second.relevance)})" if second is not None else "")
+                + (", then " + " and ".join(f"{_counter(r.counter)} ({_pct(r.relevance)})" for r in then) if then
+                   else "")
                 + f". The selected counters reconstruct step-time deviations with a MAPE of {_pct(d.mape)} "
                   f"(paper: under {_pct(s.paper_mape)}).")
             if d.cpu_pressure_r2 is not None:
