@@ -77,7 +77,7 @@ def test_pearson_ranking_covers_every_concurrent_allocation():
 
 def test_log_time_correlation_sees_a_neighbour_that_multiplies_run_time():
     """Slowdowns multiply: a culprit that doubles a run on fast links and makes it ten times slower
-    after the links got slower (the testbed campaign's 12 rounds, in round figures). On run time
+    after the links got slower (a 12-round testbed campaign, in round figures). On run time
     the two longest runs decide r and its p misses 0.05; on the log of run time (``log_r``,
     ``log_p``, what explain tests users on) every run counts alike and the culprit stands out."""
     before = [1.0, 1.1, 0.95, 2.2, 2.0, 2.4]   # quiet, quiet, quiet, culprit x3
