@@ -43,6 +43,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.whole_machine]
 #: windows overlapped; the full campaign's 40 rounds keep the 30 Mbit/s culprit and drop to 15:
 #: docs/tutorials/known-cause.md.) The balanced design puts the culprit in four rounds a side.
 ROUNDS, UPGRADE, DROPPED, CULPRIT_RATE = 16, 9, "15mbit", "20M"
+#: The background's seed. The balanced design keeps the jobs' presences uncorrelated with each other
+#: and with the upgrade, not with the rounds of the culprit after it, the slowest by far: at 16
+#: rounds the configuration's seed 7 put the CPU hog in three of those four (r = 0.54 with them),
+#: and the hog's Pearson r with the 4-node proxy's run time came within 0.005 of the culprit's
+#: (log-time p 0.053 against explain's 0.05) in a campaign here. Seed 5 puts it in one of the four
+#: (r = 0.08; the decoys 0.08 too); seed 7's 40 rounds have r = 0.08.
+SEED = 5
 WINDOW = UPGRADE - 1
 #: Datasets whose runs always span both groups (4 of the 6 nodes): the culprit's traffic on the
 #: global link reaches them whenever it runs.
@@ -66,6 +73,7 @@ def campaign(testbed):  # noqa: F811
     # Short: the proxy at 2 and 4 nodes, the collectives at 4, few iterations, one task per node.
     c["environment"] = {**c["environment"], "HPCVAR_BUILD_CACHE": str(wd / "build-cache")}
     c["background"]["upgrade"] = {"round": UPGRADE, "global_rate": DROPPED}
+    c["background"]["seed"] = SEED
     c["background"]["jobs"] = [{**j, "bitrate": CULPRIT_RATE} if j["kind"] == "global-traffic" else j
                                for j in c["background"]["jobs"]]
     config["compare"] = {"before": f"round:001..{UPGRADE - 1:03d}", "after": f"round:{UPGRADE:03d}..{ROUNDS:03d}"}
