@@ -213,8 +213,9 @@ def test_explain_never_blames_the_cpu_hog_or_the_network_for_its_rounds(campaign
     network. A 2-node run Slurm spread across the groups is left out of the second: its own traffic
     crosses the 50 Mbit/s global link instead of the 200 Mbit/s node links (2.8x its dataset's
     median in one such run, 2026-11-30), and explain put that on the network, the counters that
-    carried it. Half a core of load seldom slows a run 20%: none did in the three campaigns here
-    that day, and then the second check has nothing to judge (score["hog"]["runs"] says so)."""
+    carried it. Half a core of load seldom slows a run 20%: none inside one group did in the six
+    campaigns here that day, and then the second check has nothing to judge (score["hog"]["runs"]
+    says so)."""
     explained, score = _explained(campaign)
     hog = next(p for p, r in campaign["roles"].items() if r == "decoy (CPU only)")
     assert hog not in set(explained["top_user"].dropna()), explained["top_user"].value_counts()
