@@ -529,6 +529,43 @@ def test_dataset_date_ranges(tmp_path, capsys):
     assert "needs both --before and --after" in capsys.readouterr().err
 
 
+def test_round_ranges_take_the_runs_that_started_in_a_rounds_first_second(tmp_path, capsys):
+    """``round:A..B``: the rounds' ReFrame sessions start at fractions of a second, Slurm's
+    accounting gives the runs' starts in whole seconds. The first job of a round often starts
+    within the session's first second (CI's 16-round testbed campaign lost such a run from its
+    AFTER window, 2026-11-30): it belongs to its round, not to the gap before it."""
+    t0 = pd.Timestamp("2026-11-30 08:40", tz="UTC").timestamp()
+    sessions = {"001": (t0 + 0.4, t0 + 30.7), "002": (t0 + 40.6, t0 + 70.2), "003": (t0 + 80.3, t0 + 110.9)}
+    runs, lat = [], []
+    common = dict(system="testbed", num_nodes=4, user="user-0a1b2c3d4e", state="COMPLETED", node_list=["n01", "n04"],
+                  num_routers=2, num_groups=2, locality="multi-group", app="collectives", dataset="collectives-4",
+                  total_time_s=10.0, num_steps=0)
+    rng = np.random.default_rng(3)
+    for name, (start, end) in sessions.items():
+        (tmp_path / "rounds" / name).mkdir(parents=True)
+        (tmp_path / "rounds" / name / "reframe-report.json").write_text(json.dumps(
+            {"session_info": {"time_start_unix": start, "time_end_unix": end}, "runs": []}))
+        for offset in (0, 15):  # the first job within the session's first second, as sacct gives it
+            rid = f"testbed-{len(runs) + 100}"
+            begin = pd.Timestamp(int(start) + offset, unit="s", tz="UTC")
+            runs.append(dict(run_id=rid, job_id=str(len(runs) + 100), start=begin, end=begin + pd.Timedelta(seconds=10),
+                             **common))
+            lat += [dict(run_id=rid, benchmark="collectives", operation="allreduce", size_bytes=65536, pair="", cycle=0,
+                         iteration=i, value_us=v) for i, v in enumerate(rng.normal(40 if name == "001" else 120, 2, 20))]
+    Dataset(tmp_path / "dataset").append({"runs": pd.DataFrame(runs), "latency": pd.DataFrame(lat)})
+    code = main(["compare", str(tmp_path / "dataset"), "--before", "round:001..001", "--after", "round:002..003",
+                 "--out", str(tmp_path / "out"), "--no-figures", "--min-samples", "5"])
+    # Two runs against four: too few to exchange whole runs to significance, so no verdict.
+    assert code == 0, capsys.readouterr()
+    t = pd.read_csv(tmp_path / "out" / "compare.csv").set_index(["test", "variable"])
+    row = t.loc[("collectives-4", "allreduce_65536B_us")]
+    assert (row["n_before"], row["n_after"], row["groups_before"], row["groups_after"]) == (2 * 20, 4 * 20, 2, 4)
+    # The range opens at the session's whole second and ends at its end.
+    summary = strict_json(tmp_path / "out" / "summary.json")
+    assert summary["before"]["range"] == (f"{pd.Timestamp(int(t0), unit='s', tz='UTC').isoformat()}.."
+                                          f"{pd.Timestamp(t0 + 30.7, unit='s', tz='UTC').isoformat()}")
+
+
 # --- ReFrame sessions ----------------------------------------------------------------------------
 
 TINY_TEST = '''

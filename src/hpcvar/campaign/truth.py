@@ -9,13 +9,13 @@ the analyses never see the truth.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
 
 from hpcvar.data.rawlayout import TRUTH
+from hpcvar.parsers.sacct import accounted_second
 
 
 def load(results: str | Path) -> dict:
@@ -32,13 +32,12 @@ def runs_with_truth(runs: pd.DataFrame, truth: dict) -> pd.DataFrame:
     ``across`` (the run spans more than one group, so it shares a global link with the culprit's
     traffic whenever that runs).
 
-    Slurm's accounting gives whole seconds (sacct truncates), the rounds' windows fractions of one:
-    a run that started within the round's first second reads as started before it, so a window
-    opens at its whole second."""
+    Slurm's accounting gives whole seconds, the rounds' windows fractions of one: a window opens
+    at its whole second (:func:`hpcvar.parsers.sacct.accounted_second`)."""
     rows = []
     for r in truth["rounds"]:
         kinds = [j["kind"] for j in r["jobs"]]
-        rows.append({"round": r["round"], "t0": math.floor(r["start"]), "t1": r["end"], "global_rate": r["global_rate"],
+        rows.append({"round": r["round"], "t0": accounted_second(r["start"]), "t1": r["end"], "global_rate": r["global_rate"],
                      "culprit": "global-traffic" in kinds, "hog": "cpu" in kinds,
                      "decoys": kinds.count("group-traffic")})
     rounds = pd.DataFrame(rows)

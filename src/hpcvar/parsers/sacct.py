@@ -39,6 +39,7 @@ returns exactly what was written.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -168,6 +169,14 @@ def format_duration(seconds: float | None) -> str:
     days, hours = divmod(hours, 24)
     clock = f"{hours:02d}:{minutes:02d}:{secs:02d}"
     return f"{days}-{clock}" if days else clock
+
+
+def accounted_second(unix: float) -> int:
+    """An instant (Unix seconds) as Slurm's accounting records it: sacct prints ``Start``, ``End``
+    and ``Submit`` in whole seconds, truncated. A window of accounted times that begins at a
+    fraction of a second (a ReFrame session's start, a campaign round's) opens at this second:
+    a job that started within the window's first second reads as started before it otherwise."""
+    return math.floor(unix)
 
 
 # ---------------------------------------------------------------------------------------------

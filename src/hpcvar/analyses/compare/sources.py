@@ -30,6 +30,7 @@ import pandas as pd
 
 from hpcvar.defaults import REFRAME_CONFIG
 from hpcvar.parsers.errors import ParseError
+from hpcvar.parsers.sacct import accounted_second
 
 
 class BadInput(ValueError):
@@ -180,7 +181,11 @@ def parse_range(text: str) -> tuple[pd.Timestamp | None, pd.Timestamp | None]:
 def round_range(text: str, rounds_dir: Path) -> str:
     """``round:A..B`` (campaign round ids, inclusive, compared as text: ``round:001..010``) as the
     ``START..END`` of those rounds: from the first one's ReFrame session start to the last one's
-    end (``rounds/<id>/reframe-report.json``). Any other text is returned as it is."""
+    end (``rounds/<id>/reframe-report.json``). Any other text is returned as it is.
+
+    The runs' starts are Slurm's accounting's, in whole seconds, so the range opens at the whole
+    second of the session's start (:func:`hpcvar.parsers.sacct.accounted_second`): the round's
+    first job often starts within it."""
     if not text.startswith("round:"):
         return text
     first, _, last = text.removeprefix("round:").partition("..")
@@ -190,7 +195,7 @@ def round_range(text: str, rounds_dir: Path) -> str:
     if not reports:
         raise BadInput(f"{text!r}: no finished round between {first} and {last} in {rounds_dir}")
     sessions = [json.loads(p.read_text())["session_info"] for p in reports]
-    start = min(float(s["time_start_unix"]) for s in sessions)
+    start = accounted_second(min(float(s["time_start_unix"]) for s in sessions))
     end = max(float(s["time_end_unix"]) for s in sessions)
     stamp = lambda t: pd.Timestamp(t, unit="s", tz="UTC").isoformat()  # noqa: E731
     return f"{stamp(start)}..{stamp(end)}"
