@@ -548,8 +548,8 @@ def test_round_ranges_take_the_runs_that_started_in_a_rounds_first_second(tmp_pa
         for offset in (0, 15):  # the first job within the session's first second, as sacct gives it
             rid = f"testbed-{len(runs) + 100}"
             begin = pd.Timestamp(int(start) + offset, unit="s", tz="UTC")
-            runs.append(dict(run_id=rid, job_id=str(len(runs) + 100), start=begin, end=begin + pd.Timedelta(seconds=10),
-                             **common))
+            runs.append(dict(run_id=rid, job_id=str(len(runs) + 100), start=begin,
+                             end=begin + pd.Timedelta(seconds=10), **common))
             lat += [dict(run_id=rid, benchmark="collectives", operation="allreduce", size_bytes=65536, pair="", cycle=0,
                          iteration=i, value_us=v) for i, v in enumerate(rng.normal(40 if name == "001" else 120, 2, 20))]
     Dataset(tmp_path / "dataset").append({"runs": pd.DataFrame(runs), "latency": pd.DataFrame(lat)})

@@ -37,7 +37,8 @@ def runs_with_truth(runs: pd.DataFrame, truth: dict) -> pd.DataFrame:
     rows = []
     for r in truth["rounds"]:
         kinds = [j["kind"] for j in r["jobs"]]
-        rows.append({"round": r["round"], "t0": accounted_second(r["start"]), "t1": r["end"], "global_rate": r["global_rate"],
+        rows.append({"round": r["round"], "t0": accounted_second(r["start"]), "t1": r["end"],
+                     "global_rate": r["global_rate"],
                      "culprit": "global-traffic" in kinds, "hog": "cpu" in kinds,
                      "decoys": kinds.count("group-traffic")})
     rounds = pd.DataFrame(rows)
