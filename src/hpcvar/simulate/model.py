@@ -239,6 +239,9 @@ class OUProcess:
         for i in range(1, n):
             x[i] = phi * x[i - 1] + shocks[i]
         self.t0, self.dt, self.x, self.tau, self.sigma = t0, dt, x, tau, sigma
+        # The grid's times, built once: rebuilt on every call, they made each call cost as much as
+        # the whole campaign's span (the simulator's cost per run grew with the campaign's days).
+        self.grid = t0 + dt * np.arange(n)
 
     def __call__(self, t):
-        return np.interp(t, self.t0 + self.dt * np.arange(len(self.x)), self.x)
+        return np.interp(t, self.grid, self.x)
