@@ -48,3 +48,36 @@ def test_deviation_ranks_the_planted_driver_first(paper):
         assert d.relevance[0].relevance == 1.0
         # Error: above the simulator's noise floor, and not far from the paper's < 5%.
         assert planted["best_achievable_mape"] < d.mape < 0.15, (name, d.mape)
+
+
+def test_a_steps_contributions_are_measured_from_a_typical_step():
+    """The attribution's contributions (what `hpcvar explain` turns into seconds) start from a
+    typical step, every feature at its median, not from the model's average prediction. In a
+    campaign where a few runs were several times slower (the testbed's rounds after its rate drop:
+    7-8x), the average prediction lies far above a typical step, and a run slowed 1.5x by the same
+    counter got a negative contribution from it (its counter lower than the slowest runs'), so
+    explain found no link counter behind a run the culprit slowed. Here the counter drives every
+    step: 16 quiet runs, 4 at 1.5x (the counter 1.8x its typical value), 4 at 6x."""
+    rng = np.random.default_rng(1)
+    rows = []
+    for r in range(24):
+        level = 0.0 if r < 16 else 0.8 if r < 20 else 8.0
+        for s in range(10):
+            g = (1 + level) * np.exp(rng.normal(0, 0.02))
+            rows.append({"run_id": f"r{r}", "step": s + 1, "GL_QUEUED_US": 1e5 * g,
+                         "duration_s": (5 + s) * (1 + 0.625 * (g - 1)) * np.exp(rng.normal(0, 0.01)),
+                         "NOISE": 1e5 * np.exp(rng.normal(0, 0.3))})
+    frame = pd.DataFrame(rows)
+    out = deviation.attribute(frame, ["GL_QUEUED_US", "NOISE"], DeviationSettings(folds=4))
+    feats = out[["GL_QUEUED_US", "NOISE"]]
+    # The contributions and the typical step's prediction make the step's prediction.
+    assert np.allclose(feats.sum(axis=1) + out["bias"], out["predicted_rel"])
+    run = out["run_id"].str[1:].astype(int)
+    quiet, moderate, slowest = out[run < 16], out[(run >= 16) & (run < 20)], out[run >= 20]
+    # A typical step is predicted as typical and its counter adds nothing.
+    assert out["bias"].abs().max() < 0.1, out["bias"].describe()
+    assert quiet["GL_QUEUED_US"].abs().median() < 0.05
+    # The runs slowed 1.5x: the counter adds about their half, on every step.
+    assert (moderate["GL_QUEUED_US"] > 0.2).all(), moderate["GL_QUEUED_US"].describe()
+    assert moderate["GL_QUEUED_US"].median() > 3 * moderate["NOISE"].abs().median()
+    assert (slowest["GL_QUEUED_US"] > 2).all()

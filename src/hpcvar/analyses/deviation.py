@@ -105,8 +105,13 @@ def centre_on(frame: pd.DataFrame, columns: list[str], reference: pd.DataFrame) 
 def attribute(frame: pd.DataFrame, features: list[str], s: DeviationSettings, label: str = "") -> pd.DataFrame:
     """Out-of-fold per-step contributions: for every step of every run, the step's median over
     the *other* folds' runs (``typical_s``), the model's predicted relative deviation from it
-    (``predicted_rel``), the model's base value (``bias``) and one column per feature (its SHAP
-    value; they and ``bias`` sum to ``predicted_rel``). Steps no training run reached are left out."""
+    (``predicted_rel``), the model's prediction for a typical step, every feature at its median
+    (``bias``), and one column per feature: its SHAP value at the step less its SHAP value at
+    that typical step, so they and ``bias`` sum to ``predicted_rel``. TreeSHAP's own base value is
+    the average prediction over the training steps: where a few runs were several times slower
+    (the testbed's rounds after a rate drop) it lies far above a typical step, and a counter that
+    slowed a run by half came out negative, being lower than in the slowest runs. Steps no
+    training run reached are left out."""
     groups = frame["run_id"].to_numpy()
     n_folds = min(s.folds, len(np.unique(groups)))
     parts = []
@@ -119,8 +124,9 @@ def attribute(frame: pd.DataFrame, features: list[str], s: DeviationSettings, la
         model = _model(s).fit(centre_on(tr, features, medians).fillna(0),
                               centre_on(tr, ["duration_s"], medians)["duration_s"])
         contrib = model.predict(centre_on(te, features, medians).fillna(0), pred_contrib=True)
-        part = pd.DataFrame(contrib[:, :-1], columns=features, index=te.index)
-        part.insert(0, "bias", contrib[:, -1])
+        typical = model.predict(np.zeros((1, len(features))), pred_contrib=True)[0]  # centred: medians at 0
+        part = pd.DataFrame(contrib[:, :-1] - typical[:-1], columns=features, index=te.index)
+        part.insert(0, "bias", typical.sum())
         part.insert(0, "predicted_rel", contrib.sum(axis=1))
         part.insert(0, "typical_s", medians.loc[te["step"], "duration_s"].to_numpy())
         for col in ("duration_s", "step", "run_id"):
