@@ -8,11 +8,14 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from conftest import SALT
-from hpcvar.analyses import explain
+from hpcvar.analyses import explain, neighbourhood
+from hpcvar.data.dataset import Dataset
+from hpcvar.settings import ExplainSettings, SettingsError
 from hpcvar.simulate.truth import TRUTH_RUNS, score_explanations
 from hpcvar.util.anonymise import Pseudonymiser
 
@@ -231,3 +234,63 @@ def test_a_dataset_explained_alone_is_explained_as_among_all(explained, tmp_path
     assert alone.datasets[name] == result.datasets[name]
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / alone.datasets[name].runs_table(name), dtype={"top_user": str}),
                                   tables[name])
+
+
+def test_with_reach_groups_a_neighbour_is_named_only_in_the_groups_its_jobs_shared(explained):
+    """``reach``: on the study's machines (adaptive routing) a large job slows runs anywhere, so the
+    default names neighbours that shared none of a run's groups (the paper preset has them); with
+    ``reach: groups`` (minimal routing, as on the testbed) every neighbour named shared a group with
+    the run, and the rest of the explanation holds: the seconds still add up."""
+    c, out, result, _ = explained
+    counted = {}
+    for reach in ("system", "groups"):
+        ctx = explain.Context(c.dataset, out, {"reach": reach})
+        shared = []
+        for name in result.datasets:
+            for rid in ctx.dataset_runs(name).sort_values("total_time_s").index[-5:]:
+                e = explain.explain_run(ctx, rid, with_steps=False)
+                assert sum(k.seconds for k in e.causes) == pytest.approx(e.explained_s)
+                shared += [next(u for u in k.users if u.user == k.user).shared_groups
+                           for k in e.causes if k.category == "neighbours"]
+        counted[reach] = shared
+    assert any(g == 0 for g in counted["system"]), counted["system"]
+    assert counted["groups"] and all(g >= 1 for g in counted["groups"]), counted["groups"]
+    with pytest.raises(SettingsError, match="reach"):
+        ExplainSettings.from_mapping({"reach": "anywhere"})
+
+
+def test_a_user_whose_jobs_only_came_with_spread_runs_is_not_given_the_placements_time(tmp_path):
+    """On the testbed, Slurm places a 2-node run on idle nodes: a decoy holding two nodes of one
+    group pushes it across the groups, where its own traffic takes the slower global link. The
+    decoy's presence then correlates with slow runs (the neighbourhood implicates it) though its
+    traffic never met the run's. Explain fits the placement first and credits users only with what
+    they add beyond it. Hand-made: 24 runs; the decoy beside every third, each of those spread over
+    two groups (2x); the culprit beside every second (1.5x, wherever the run was)."""
+    t0 = pd.Timestamp("2026-11-01", tz="UTC")
+    runs, neigh = [], []
+    for i in range(24):
+        decoy, culprit = i % 3 == 0, i % 2 == 0
+        start = t0 + pd.Timedelta(minutes=10 * i)
+        total = round(10.0 * (2.0 if decoy else 1.0) * (1.5 if culprit else 1.0) * (1 + 0.03 * np.sin(i)), 3)
+        runs.append({"run_id": f"sys-{i}", "system": "sys", "app": "proxy", "dataset": "proxy-2", "num_nodes": 2,
+                     "job_id": str(i), "user": "me", "start": start, "end": start + pd.Timedelta(total, "s"),
+                     "total_time_s": total, "num_steps": 0, "state": "COMPLETED", "num_groups": 2 if decoy else 1})
+        for user, there, groups in (("decoy", decoy, 1), ("culprit", culprit, 2)):
+            if there:
+                neigh.append({"run_id": f"sys-{i}", "job_id": f"{user}-{i}", "user": user, "num_nodes": 2,
+                              "overlap_s": total, "shared_groups": groups, "shared_routers": groups,
+                              "start": start - pd.Timedelta(5, "s"), "end": start + pd.Timedelta(round(total) + 5, "s")})
+    ds = tmp_path / "dataset"
+    Dataset(ds).append({"runs": pd.DataFrame(runs), "neighbourhood": pd.DataFrame(neigh)})
+    neighbourhood.run(ds, tmp_path / "analyses" / "neighbourhood", {"threshold_nodes": 1, "min_runs": 2})
+    ctx = explain.Context(ds, tmp_path / "analyses")
+    assert set(ctx.implicated("proxy-2")) == {"decoy", "culprit"}  # both correlate with slow runs
+    effects = ctx.effects("proxy-2")
+    assert effects["decoy"] < 0.01 and effects["culprit"] == pytest.approx(np.log(1.5), abs=0.02), effects
+    # A spread run beside the decoy alone: its placement, not the decoy.
+    e = explain.explain_run(ctx, "sys-3", with_steps=False)
+    assert e.top_category == "placement" and "decoy" not in {k.user for k in e.causes}, e.causes
+    # Beside both: the culprit first, with the third of the run's time its jobs add.
+    e = explain.explain_run(ctx, "sys-0", with_steps=False)
+    assert (e.causes[0].category, e.causes[0].user) == ("neighbours", "culprit"), e.causes
+    assert e.causes[0].seconds == pytest.approx(e.total_s / 3, rel=0.05)

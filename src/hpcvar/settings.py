@@ -223,6 +223,12 @@ class ExplainSettings(Settings):
                                                        "alongside is positive at this significance.")
     min_share: float = Field(0.25, ge=0, le=1, description="The top cause must account for this share of a run's "
                                                            "excess time; below it the run has no clear cause.")
+    reach: Literal["system", "groups"] = Field(
+        "system", description="Where another user's job can slow a run through the network: system (anywhere: "
+                              "adaptive routing spreads every large job's traffic over the global links, as on the "
+                              "study's machines) or groups (only in the dragonfly groups it shares with the run: "
+                              "minimal routing keeps traffic between two groups on their own link, as on the "
+                              "testbed). A job whose groups are not known counts either way.")
     workers: int = Field(0, ge=0,
                          description="Processes the datasets are spread over (each explained as alone); 0: one per "
                                      "core this process may use, at most one per dataset.")
