@@ -193,7 +193,9 @@ def test_explain_names_the_culprit_for_the_runs_it_slowed(campaign):
     # The counters that carried the culprit's time in those runs (the slowed ones the score counts):
     # the global link's among them (the node links' too, where its job shared the run's nodes). A
     # run it slowed by a few percent has hundredths of a second to split among the counters, too
-    # little for them to say which link carried it.
+    # little for them to say which link carried it. (The contributions are measured from a typical
+    # step: from the average prediction, inflated by the runs 7-8x slower after the drop, a run the
+    # culprit slowed 1.2x before it got none from the global link's counters in a CI run.)
     from hpcvar.analyses import explain
 
     ctx = explain.Context(campaign["results"] / "dataset", campaign["results"] / "analyses")
@@ -215,7 +217,10 @@ def test_explain_never_blames_the_cpu_hog_or_the_network_for_its_rounds(campaign
     median in one such run, 2026-11-30), and explain put that on the network, the counters that
     carried it. Half a core of load seldom slows a run 20%: none inside one group did in the six
     campaigns here that day, and then the second check has nothing to judge (score["hog"]["runs"]
-    says so)."""
+    says so). In a CI run one did (round 5, packed into the group without the decoy), and explain
+    named the decoy, implicated in the 2-node proxy because Slurm spread every run it was beside:
+    the configuration's `explain: reach: groups` (the testbed routes minimally) now counts a job
+    only in the runs whose groups it shared, and explain fits the placement before the users."""
     explained, score = _explained(campaign)
     hog = next(p for p, r in campaign["roles"].items() if r == "decoy (CPU only)")
     assert hog not in set(explained["top_user"].dropna()), explained["top_user"].value_counts()
