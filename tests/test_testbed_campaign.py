@@ -220,7 +220,7 @@ def test_explain_never_blames_the_cpu_hog_or_the_network_for_its_rounds(campaign
     says so). In a CI run one did (round 5, packed into the group without the decoy), and explain
     named the decoy, implicated in the 2-node proxy because Slurm spread every run it was beside:
     the configuration's `explain: reach: groups` (the testbed routes minimally) now counts a job
-    only in the runs whose groups it shared, and explain fits the placement before the users."""
+    only in the runs whose groups it shared."""
     explained, score = _explained(campaign)
     hog = next(p for p, r in campaign["roles"].items() if r == "decoy (CPU only)")
     assert hog not in set(explained["top_user"].dropna()), explained["top_user"].value_counts()

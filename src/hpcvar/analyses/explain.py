@@ -22,12 +22,10 @@ Nothing here fits a model of its own:
   jointly over the dataset's steps (:meth:`Context.effects`: the log of each step's time over
   its median against how many jobs of each implicated user were running, non-negative least
   squares, so each job multiplies a step's time by a factor), so a user who merely kept a
-  culprit company gets little; the groups the run spans are fitted first (with the users other
-  datasets implicate), so a user whose jobs held the nodes that would have kept it in fewer groups
-  gets little too. Where their jobs can
-  reach a run is the ``reach`` setting: anywhere on the system (adaptive routing, the study's
-  machines), or only in the groups they shared (minimal routing, the testbed). In the run's steps
-  with their jobs running, what the step would
+  culprit company gets little. Which runs a user's jobs can reach is the ``reach`` setting:
+  anywhere on the system (adaptive routing, the study's machines), or only the runs whose groups
+  they shared (minimal routing, the testbed); the estimate itself is the dataset's, over every
+  run their jobs ran beside. In the run's steps with their jobs running, what the step would
   lose without them (at most all of its excess) is theirs, and leaves the
   network's share; what the network's counters explain beyond it stays "network". A user that
   other datasets of the system implicate but this one does not (the study's cross-dataset view)
@@ -39,9 +37,9 @@ Nothing here fits a model of its own:
   the unexplained remainder is always given.
 
 Runs the attribution model does not cover (no time steps, e.g. the microbenchmarks; a dataset
-with too few runs) are explained with the dataset's statistics alone: what the suspects' jobs
-alongside add by the same joint estimate, on run times (shared among them as above), the effect
-of spanning more groups than the dataset's fewest.
+with too few runs) are explained with the dataset's statistics alone: the largest dataset-wide
+effect of the implicated users alongside (shared among them as above), the effect of spanning more
+groups than the dataset's fewest.
 """
 
 from __future__ import annotations
@@ -302,6 +300,15 @@ class Context:
         threshold = self.neighbourhood.params.threshold_nodes if self.neighbourhood else 0
         return max(NETWORK_MIN_NODES, threshold + 1)
 
+    def reaches(self, e: NeighbourEvidence) -> bool:
+        """Whether the user's jobs alongside a run could slow it through the network
+        (:attr:`ExplainSettings.reach`): anywhere on the system, or only where they shared one of
+        its groups at least (their groups not known: either way). The effects are the dataset's,
+        estimated over every run the jobs ran beside; this decides which runs they are given time
+        in. (Estimated over the reached runs alone, a testbed decoy's effect took that of the
+        placement: Slurm spread every 2-node run it was beside, 2026-11-30.)"""
+        return self.settings.reach == "system" or e.shared_groups is None or e.shared_groups >= 1
+
     def mi(self, dataset: str) -> dict[str, float]:
         """The implicated users' mutual information with the dataset's slow runs (the paper's
         ranking, over jobs larger than its threshold; 0 for users without such jobs)."""
@@ -327,29 +334,14 @@ class Context:
         (that is how they got implicated), but adds nothing once the culprit's own jobs are
         accounted for; each job of a culprit loads the network on its own, so they count. Users
         implicated elsewhere (:meth:`implicated_elsewhere`) are estimated alike, their jobs
-        counted where they shared a global link with the run (and with ``reach: groups``, every
-        user's only where they shared a group: :func:`_presence`).
-
-        The groups each run spans beyond the dataset's fewest are fitted first, together with the
-        users other datasets implicate (whose evidence does not come from this dataset's
-        placements, and whose jobs on a global link would otherwise count as the placement's);
-        all users are then fitted together on what the placement leaves (non-negative, with an
-        intercept). Slurm chose the run's placement, and a user whose jobs held the nodes that
-        would have kept a run in fewer groups correlates with its spread runs without their
-        traffic ever meeting its own: on the testbed a decoy on two nodes of one group was beside
-        every 2-node run Slurm spread (2026-11-30), and fitted with the placement it took the
-        placement's time, and the culprit's."""
+        counted where they shared a global link with the run."""
         key = ("effects", dataset)
         if key in self._cache:
             return self._cache[key]
         users = self.suspects(dataset)
         out: dict[str, float] = {}
         if users:
-            xs, ys, spread = [], [], []
-            fewest = self.dataset_runs(dataset)["num_groups"].min()
-
-            def wider(run) -> float:  # the groups the run spans beyond the dataset's fewest
-                return 0.0 if pd.isna(run.get("num_groups")) or pd.isna(fewest) else float(run["num_groups"] - fewest)
+            xs, ys = [], []
             attribution = self.attribution(dataset)
             if attribution is not None:
                 for rid, part in attribution.groupby(level=0, sort=False):
@@ -359,7 +351,6 @@ class Context:
                     part = part.set_index("step")
                     xs.append(present.reindex(part.index).fillna(0.0).to_numpy())
                     ys.append(np.log((part["duration_s"] / part["typical_s"]).where(lambda r: r > 0)).to_numpy())
-                    spread.append(np.full(len(part), wider(run)))
             else:
                 runs = self.dataset_runs(dataset)
                 typical = float(runs["total_time_s"].median())
@@ -367,18 +358,14 @@ class Context:
                     window = pd.DataFrame({"step": [0], "t0": [run["start"]], "t1": [run["end"]]})
                     xs.append(_presence(self, run, window, users).to_numpy())
                     ys.append(np.log(np.array([run["total_time_s"] / typical])))
-                    spread.append(np.array([wider(run)]))
             if xs:
                 from scipy.optimize import nnls
 
+                x = np.vstack(xs)
                 y = np.concatenate(ys)
                 ok = np.isfinite(y)
-                x, y, wide, ones = np.vstack(xs)[ok], y[ok], np.concatenate(spread)[ok], np.ones(ok.sum())
-                if len(y) > len(users) + 3 and wide.any():  # the placement's part first
-                    other = np.isin(users, list(self.implicated_elsewhere(dataset)))
-                    y = y - wide * nnls(np.column_stack([wide, x[:, other], ones, -ones]), y)[0][0]
-                beta = (nnls(np.column_stack([x, ones, -ones]), y)[0] if len(y) > len(users) + 2
-                        else np.zeros(len(users) + 2))
+                design = np.column_stack([x[ok], np.ones(ok.sum()), -np.ones(ok.sum())])
+                beta = nnls(design, y[ok])[0] if ok.sum() > len(users) + 2 else np.zeros(len(users) + 2)
                 out = {u: float(b) for u, b in zip(users, beta[:len(users)])}
         self._cache[key] = out
         return out
@@ -390,17 +377,18 @@ class Context:
         return {u: effects.get(u, 0.0) + 1e-9 * (mi.get(u, 0.0) + 1e-3) for u in self.suspects(dataset)}
 
 
-def _presence(ctx: Context, run: pd.Series, steps: pd.DataFrame, users: list[str]) -> pd.DataFrame:
+def _presence(ctx: Context, run: pd.Series, steps: pd.DataFrame, users: list[str],
+              reach: bool = False) -> pd.DataFrame:
     """Per step (rows: ``steps['step']``, with its ``t0``/``t1``) and user of ``users``: how many
     of the user's jobs that count (:meth:`Context.min_nodes`) were running alongside the run
     (each job loads the network on its own); for users implicated only in other datasets, only
-    the jobs that shared :data:`LINK_GROUPS` of the run's groups; with ``reach: groups``, only the
-    jobs that shared one of its groups at least (those whose groups are not known count)."""
+    the jobs that shared :data:`LINK_GROUPS` of the run's groups. With ``reach`` (explaining the
+    run, not estimating the effects), only the jobs that could reach it (:meth:`Context.reaches`)."""
     neigh = ctx.of_run("neighbourhood", run["run_id"])
     linked = set(ctx.implicated_elsewhere(run["dataset"]))
     neigh = neigh[neigh["user"].isin(users) & (neigh["num_nodes"] >= ctx.min_nodes) & neigh["start"].notna()]
     neigh = neigh[~neigh["user"].isin(linked) | (neigh["shared_groups"].fillna(0) >= LINK_GROUPS)]
-    if ctx.settings.reach == "groups":
+    if reach and ctx.settings.reach == "groups":
         neigh = neigh[neigh["shared_groups"].isna() | (neigh["shared_groups"] >= 1)]
     present = pd.DataFrame(0.0, index=pd.Index(steps["step"] if not steps.empty else [], name="step"),
                            columns=list(users))
@@ -483,7 +471,7 @@ def _neighbours(ctx: Context, run: pd.Series, steps: pd.DataFrame, slow: set[int
             mean_time_without_s=val("mean_time_without_s")))
     out.sort(key=lambda e: (not e.implicated, -(e.overlap_s or 0.0), e.user))
     there = [u for u in ctx.suspects(run["dataset"]) if u in set(users)]
-    present = _presence(ctx, run, steps, there) if there and not steps.empty else present
+    present = _presence(ctx, run, steps, there, reach=True) if there and not steps.empty else present
     present = present.loc[:, present.sum() > 0] if len(present.columns) else present
     return out, present
 
@@ -657,20 +645,24 @@ def explain_run(ctx: Context, run_id: str, *, with_steps: bool = True) -> RunExp
             missing.append(f"no per-step attribution for {name} (the deviation analysis skipped it: too few runs "
                            "or no counters)")
         if excess > 0:
-            # The suspects alongside (:func:`_presence`: implicated here, or elsewhere where their
-            # jobs shared a global link) take what their jobs add by the joint estimate beyond the
-            # run's placement (:meth:`Context.effects`), at most the excess, shared by weight: a
-            # log factor est leaves exp(-est) of the run's time without them.
+            # The implicated users alongside take what the dataset says their presence costs, at
+            # most the excess, split by that cost. A cost multiplies a run's time (as the step
+            # effects above do): by 1 + c, so c / (1 + c) of this run's time is theirs.
+            there = {e.user: implicated[e.user] for e in alongside if e.user in implicated
+                     and implicated[e.user] > 0 and e.max_nodes >= NETWORK_MIN_NODES and ctx.reaches(e)}
+            # ... and those implicated elsewhere whose jobs shared a global link with the run,
+            # what their jobs add here by the joint estimate.
             effects = ctx.effects(name)
-            window = pd.DataFrame({"step": [0], "t0": [run["start"]], "t1": [run["end"]]})
-            jobs = _presence(ctx, run, window, [u for u in ctx.suspects(name) if effects.get(u, 0.0) > 0])
-            jobs = jobs.iloc[0][jobs.iloc[0] > 0] if len(jobs) else pd.Series(dtype=float)
-            if len(jobs):
-                budget = min(excess, total * -np.expm1(-sum(effects[u] * n for u, n in jobs.items())))
+            there.update({e.user: float(np.expm1(effects.get(e.user, 0.0))) for e in alongside if e.implicated_elsewhere
+                          and effects.get(e.user, 0.0) > 0 and e.max_nodes >= NETWORK_MIN_NODES
+                          and (e.shared_groups or 0) >= LINK_GROUPS})
+            if there:
+                cost = max(there.values())
+                budget = min(excess, total * cost / (1 + cost))
                 w = ctx.weights(name)
-                weight = {u: w[u] * n for u, n in jobs.items()}
+                weight = {u: w[u] for u in there}
                 for e in alongside:
-                    if e.user in weight:
+                    if e.user in there:
                         causes.append(Cause(category="neighbours", seconds=budget * weight[e.user] / sum(weight.values()),
                                             share=0.0, line="", user=e.user, users=[e]))
             p = _placement(ctx, run)
