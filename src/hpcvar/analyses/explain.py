@@ -300,14 +300,14 @@ class Context:
         threshold = self.neighbourhood.params.threshold_nodes if self.neighbourhood else 0
         return max(NETWORK_MIN_NODES, threshold + 1)
 
-    def reaches(self, e: NeighbourEvidence) -> bool:
-        """Whether the user's jobs alongside a run could slow it through the network
-        (:attr:`ExplainSettings.reach`): anywhere on the system, or only where they shared one of
-        its groups at least (their groups not known: either way). The effects are the dataset's,
+    def reaches(self, shared_groups) -> bool:
+        """Whether a job sharing ``shared_groups`` of a run's groups could slow it through the
+        network (:attr:`ExplainSettings.reach`): anywhere on the system, or only where it shared
+        one of them at least (not known: either way). The effects are the dataset's,
         estimated over every run the jobs ran beside; this decides which runs they are given time
         in. (Estimated over the reached runs alone, a testbed decoy's effect took that of the
         placement: Slurm spread every 2-node run it was beside, 2026-11-30.)"""
-        return self.settings.reach == "system" or e.shared_groups is None or e.shared_groups >= 1
+        return self.settings.reach == "system" or pd.isna(shared_groups) or shared_groups >= 1
 
     def mi(self, dataset: str) -> dict[str, float]:
         """The implicated users' mutual information with the dataset's slow runs (the paper's
@@ -388,8 +388,8 @@ def _presence(ctx: Context, run: pd.Series, steps: pd.DataFrame, users: list[str
     linked = set(ctx.implicated_elsewhere(run["dataset"]))
     neigh = neigh[neigh["user"].isin(users) & (neigh["num_nodes"] >= ctx.min_nodes) & neigh["start"].notna()]
     neigh = neigh[~neigh["user"].isin(linked) | (neigh["shared_groups"].fillna(0) >= LINK_GROUPS)]
-    if reach and ctx.settings.reach == "groups":
-        neigh = neigh[neigh["shared_groups"].isna() | (neigh["shared_groups"] >= 1)]
+    if reach:
+        neigh = neigh[[ctx.reaches(g) for g in neigh["shared_groups"]]]
     present = pd.DataFrame(0.0, index=pd.Index(steps["step"] if not steps.empty else [], name="step"),
                            columns=list(users))
     if steps.empty or neigh.empty:
@@ -649,7 +649,7 @@ def explain_run(ctx: Context, run_id: str, *, with_steps: bool = True) -> RunExp
             # most the excess, split by that cost. A cost multiplies a run's time (as the step
             # effects above do): by 1 + c, so c / (1 + c) of this run's time is theirs.
             there = {e.user: implicated[e.user] for e in alongside if e.user in implicated
-                     and implicated[e.user] > 0 and e.max_nodes >= NETWORK_MIN_NODES and ctx.reaches(e)}
+                     and implicated[e.user] > 0 and e.max_nodes >= NETWORK_MIN_NODES and ctx.reaches(e.shared_groups)}
             # ... and those implicated elsewhere whose jobs shared a global link with the run,
             # what their jobs add here by the joint estimate.
             effects = ctx.effects(name)
