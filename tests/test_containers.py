@@ -330,7 +330,9 @@ def write_sources(path: Path, text: str) -> Path:
 
 
 def run_fetch(app, dest, sources, **env):
-    full_env = {**os.environ, "HPCVAR_SOURCES": str(sources), "GIT_CONFIG_GLOBAL": os.devnull, **env}
+    # The session's own mirror settings (a developer's HPCVAR_SOURCE_MIRROR) are not the test's.
+    inherited = {k: v for k, v in os.environ.items() if k not in ("HPCVAR_SOURCE_MIRROR", "HPCVAR_OFFLINE")}
+    full_env = {**inherited, "HPCVAR_SOURCES": str(sources), "GIT_CONFIG_GLOBAL": os.devnull, **env}
     return subprocess.run(["sh", str(FETCH), app, str(dest)], env=full_env, capture_output=True,
                           text=True)
 
@@ -478,7 +480,7 @@ def _archive(tree: Path, top: str, out: Path) -> str:
     return hashlib.sha256(out.read_bytes()).hexdigest()
 
 
-def _mirror_sources(tmp_path, git_url, commit, digest, name="fake-1.0.tar.gz"):
+def _mirror_sources(tmp_path, git_url, commit, digest, name="fake-1.0.tar.gz", exclude=""):
     return write_sources(tmp_path / "sources.yaml", f"""\
 fake:
   version: "1.0"
@@ -488,7 +490,7 @@ fake:
   commit: {commit}
   mirror: {name}
   mirror_sha256: "{digest}"
-""")
+""" + (f"  mirror_exclude: {exclude}\n" if exclude else ""))
 
 
 @pytest.mark.parametrize("parser", ["python", "awk"])
@@ -639,6 +641,39 @@ def test_mirror_mode_refuses_an_incomplete_checkout(tmp_path, upstream):
                          env={**os.environ, "HPCVAR_SOURCES": str(sources), "GIT_CONFIG_GLOBAL": os.devnull})
     assert res.returncode != 0 and "incomplete" in res.stderr, res.stdout + res.stderr
     assert not (tmp_path / "m" / "fake-1.0.tar.gz").exists()
+
+
+@pytest.mark.parametrize("parser", ["python", "awk"])
+def test_mirror_exclude_leaves_files_out_even_when_the_clone_lacks_them(tmp_path, parser):
+    """MILC's pinned tree carries large binary samples that no build reads, and the snapshot of
+    a big repository may lack their blobs. Listed in `mirror_exclude`, they are not in the
+    archive: its sum is the fixed tree's pin with or without them in the clone, and git's
+    complaint about the missing blobs is not shown; not listed, the incomplete clone is refused."""
+    repo, _ = _fixed_upstream(tmp_path)
+    (repo / "samples").mkdir()
+    (repo / "samples" / "lattice.bin").write_bytes(bytes(range(256)) * 64)
+    (repo / "samples" / "in.sample").write_text("nx 4\n")
+    git("add", "-A", cwd=repo)
+    git("commit", "-q", "-m", "binary samples", cwd=repo)
+    commit = git("rev-parse", "HEAD", cwd=repo)
+    broken = tmp_path / "broken.git"
+    git("clone", "-q", "--mirror", str(repo), str(broken), cwd=tmp_path)
+    blob = git("rev-parse", f"{commit}:samples/lattice.bin", cwd=broken).strip()
+    (broken / "objects" / blob[:2] / blob[2:]).unlink()
+    env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "HPCVAR_YAML_PARSER": parser}
+    for url, out in ((repo, "whole"), (broken, "lacking")):
+        sources = _mirror_sources(tmp_path, str(url), commit, FIXED_TREE_SHA256, exclude="samples/")
+        res = subprocess.run(["sh", str(FETCH), "--mirror", str(tmp_path / out)], capture_output=True, text=True,
+                             env={**env, "HPCVAR_SOURCES": str(sources)})
+        assert res.returncode == 0 and "as pinned" in res.stdout, (out, res.stdout + res.stderr)
+        assert "left out of the archive (mirror_exclude): samples/" in res.stdout
+        assert "invalid object" not in res.stderr, res.stderr
+        with tarfile.open(tmp_path / out / "fake-1.0.tar.gz") as tar:
+            assert not any("samples" in name for name in tar.getnames())
+    sources = _mirror_sources(tmp_path, str(broken), commit, FIXED_TREE_SHA256)
+    res = subprocess.run(["sh", str(FETCH), "--mirror", str(tmp_path / "refused")], capture_output=True, text=True,
+                         env={**env, "HPCVAR_SOURCES": str(sources)})
+    assert res.returncode != 0 and "incomplete" in res.stderr, res.stdout + res.stderr
 
 
 def test_mirror_mode_fills_a_mirror_reproducibly(tmp_path, upstream):

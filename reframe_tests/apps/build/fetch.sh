@@ -11,6 +11,7 @@
 # entry says so) and write DIR/<archive> (a tar.gz with one top-level folder named like the
 # archive, reproducible: sorted entries, mtime 2020-01-01 UTC, owner 0, modes normalised, gzip -n) and print its
 # sha256 beside the pinned `mirror_sha256`. Existing archives with the pinned sum are kept.
+# Paths an entry lists in `mirror_exclude` (files no build needs) are left out of its archive.
 #
 # Source mirror (the way Spack mirrors work): when HPCVAR_SOURCE_MIRROR names a directory and
 # the entry has `mirror: <archive>`, the archive is taken from there instead of the network;
@@ -337,8 +338,23 @@ mirror_one() {  # mirror_one NAME: clone NAME's pinned commit, write its archive
     work=$tmpdir/mirror-$top
     say "$name: git clone $git_url (commit $commit_pin)"
     git clone --quiet --no-checkout -- "$git_url" "$work/$top" || die "$name: git clone $git_url failed"
-    git -C "$work/$top" -c advice.detachedHead=false checkout --quiet --detach "$commit_pin" \
-        || die "$name: commit $commit_pin not found in $git_url"
+    exclude=$(get mirror_exclude)
+    if [ -n "$exclude" ]; then
+        # Paths the archive leaves out (mirror_exclude) are not checked out at all (a sparse
+        # checkout): the sum is the same whether or not a clone holds their blobs.
+        info=$(git -C "$work/$top" rev-parse --git-path info)
+        case $info in /*) ;; *) info=$work/$top/$info ;; esac
+        mkdir -p "$info"
+        { echo '/*'; for path in $exclude; do echo "!/${path%/}"; done; } >"$info/sparse-checkout"
+        git -C "$work/$top" config core.sparseCheckout true
+        say "$name: left out of the archive (mirror_exclude): $exclude"
+    fi
+    git -C "$work/$top" -c advice.detachedHead=false checkout --quiet --detach "$commit_pin" 2>"$tmpdir/checkout.err" \
+        || { cat "$tmpdir/checkout.err" >&2; die "$name: commit $commit_pin not found in $git_url"; }
+    # A clone without the excluded paths' blobs makes git say "invalid object ... for '<path>'"
+    # (its index cannot cache their tree); only those lines are dropped.
+    for path in $exclude; do printf "for '%s/\n" "${path%/}"; done >"$tmpdir/excluded.err"
+    grep -v -F -f "$tmpdir/excluded.err" "$tmpdir/checkout.err" >&2 || true
     if [ "$(get submodules)" = true ]; then
         git -C "$work/$top" submodule --quiet update --init --recursive
     fi
