@@ -1,6 +1,6 @@
 """Table I's codes across the testbed's groups, from a source mirror: per application and node
-count, the runs ReFrame passed, the repetitions (time steps) they hold, the median step time, and
-srun's reports of crashed tasks (docs/testbed.md, docs/benchmarks.md).
+count, the groups its runs spanned, the runs ReFrame passed, the repetitions (time steps) they hold,
+the median step time, and srun's reports of crashed tasks (docs/testbed.md, docs/benchmarks.md).
 
 Needs the testbed up and a source mirror (reframe_tests/apps/build/fetch.sh --mirror DIR):
 
@@ -99,14 +99,18 @@ def main() -> int:
         print("no ReFrame report", file=sys.stderr)
         return 1
     hp = [sys.executable, "-m", "hpcvar"]
-    subprocess.run([*hp, "import-reframe", str(report), "--raw", str(work / "raw")], check=True, env=env)
+    # The testbed's map (written by `up`), so that each run's groups are known.
+    topology = Path("/var/tmp/hpcvar-slurm/etc/testbed-topology.yaml")
+    subprocess.run([*hp, "import-reframe", str(report), "--raw", str(work / "raw"),
+                    *(["--topology", str(topology)] if topology.is_file() else [])], check=True, env=env)
     subprocess.run([*hp, "collate", str(work / "raw"), "--out", str(work / "dataset")], check=True, env=env)
     from hpcvar.data.dataset import Dataset
 
     ds = Dataset(work / "dataset")
     runs, steps = ds.read("runs"), ds.read("steps")
     cases = [c for run in json.loads(report.read_text())["runs"] for c in run["testcases"] if not c.get("fixture")]
-    print(f"\n{'test':10} {'nodes':>5} {'runs passed':>12} {'steps':>6} {'median step s':>14} {'srun crash reports':>19}")
+    print(f"\n{'test':10} {'nodes':>5} {'groups':>6} {'runs passed':>12} {'steps':>6} {'median step s':>14} "
+          f"{'srun crash reports':>19}")
     failed = 0
     for test in have:
         for nodes in sorted({int(n) for n in a.nodes.split(",")}):
@@ -117,11 +121,12 @@ def main() -> int:
             crashed = 0
             for c in mine:
                 crashed += len(CRASH.findall(job_stderr(c)))
-            ids = runs.loc[runs["dataset"] == f"{TABLE_I[test][1]}-{nodes}", "run_id"]
-            durations = steps.loc[steps["run_id"].isin(ids), "duration_s"]
+            these = runs[runs["dataset"] == f"{TABLE_I[test][1]}-{nodes}"]
+            groups = ",".join(str(g) for g in sorted(these["num_groups"].dropna().unique())) or "-"
+            durations = steps.loc[steps["run_id"].isin(these["run_id"]), "duration_s"]
             median = statistics.median(durations) if len(durations) else float("nan")
-            print(f"{test:10} {nodes:>5} {len(passed):>5} of {len(mine):<5} {len(durations):>6} {median:>14.3f} "
-                  f"{crashed:>19}")
+            print(f"{test:10} {nodes:>5} {groups:>6} {len(passed):>5} of {len(mine):<5} {len(durations):>6} "
+                  f"{median:>14.3f} {crashed:>19}")
     return 1 if failed else 0
 
 
