@@ -150,7 +150,8 @@ def test_milc_cori_two_parameter_sets() -> None:
     assert out.steps["segment"].tolist() == [1] * 4 + [2] * 4
     assert out.steps["plaq_ss"].iloc[4] == 1.539922
     assert out.checks == {"segments": 2, "warmups": 0, "trajectories": 8, "measurements": 8, "total_iters": 66088,
-                          "cg_not_converged": 0, "segment_time_s": [37.805, 311.735]}
+                          "cg_not_converged": 0, "segment_time_s": [37.805, 311.735],
+                          "loop_stamped_s": [None, None]}  # the sample has no ts stamps
     # a CTIME build: 'CONGRAD5: time = ... iters = N' per solve, no ' OK converged' lines
     assert out.steps["cg_solves"].tolist() == [10, 14, 14, 14, 30, 34, 34, 34]
     assert out.steps["cg_max_iters"].tolist() == [5, 7, 7, 7, 584, 525, 542, 566]

@@ -160,8 +160,10 @@ def test_stored_step_times_match_the_applications_own_timers(local_round, tables
         assert mine["reported_s"].isna().all()
         if test == "MILC":
             # The loop timer also covers the warm-up trajectory and the last measurement: the
-            # stamped trajectories lie inside it and make up most of it.
+            # stamped trajectories lie inside it and make up most of it, and the stamped loop
+            # (the parser's loop_stamped_s) is MILC's own loop time.
             assert own.total_s * 0.5 <= stamped <= own.total_s * (1 + STEP_TOLERANCE), (stamped, own.total_s)
+            assert sum(own.checks["loop_stamped_s"]) == pytest.approx(own.total_s, rel=STEP_TOLERANCE)
         else:
             assert abs(stamped - own.total_s) <= STEP_TOLERANCE * own.total_s, (stamped, own.total_s)
         return

@@ -17,7 +17,11 @@ MILC prints no per-trajectory time: ``reported_s`` is NaN. (7.8.1's ks_imp_dyn/c
 only the whole loop, warm-ups included: ``dtime`` from before the warm-ups to after the last
 measurement, printed as ``Time = <s> seconds``; builds with the Makefile's CTIME flags add
 component timers such as ``CONGRAD5: time = ...``, never a trajectory's.) The loop time is
-``total_s`` and, per parameter set, ``checks["segment_time_s"]``.
+``total_s`` and, per parameter set, ``checks["segment_time_s"]``. Timestamped, the same loop's
+stamped span is ``checks["loop_stamped_s"]``: from the line before the loop's first solve (the last
+that ``readin`` or the first update's set-up printed) to the ``Time =`` line, which MILC prints
+right after stopping its timer; the stored steps are then checked against MILC's own timer through
+it (the steps lack the warm-ups and the last measurement, which the timer holds).
 
 Conjugate-gradient solves: MILC's default build (``-DCG_OK``) reports every solve as
 `` OK converged final_rsq= ... iters= N`` (or `` NOT converged ...``, printed whatever the build);
@@ -63,6 +67,8 @@ class _Segment:
     cg: list[int] = field(default_factory=list)  # iterations of the solves since the last PLAQ:
     time_s: float | None = None
     completed: Line | None = None
+    loop_start: float = math.nan  # the stamp of the line before the loop's first solve
+    loop_stamped_s: float | None = None
 
 
 class _Reader:
@@ -75,8 +81,14 @@ class _Reader:
         self.version: str | None = None
         self.nranks: int | None = None
         self.total_iters: int | None = None
+        self.previous: Line | None = None
+        self.loop_start: float | None = None  # of the loop not yet opened by WARMUPS COMPLETED
 
     def feed(self, line: Line) -> None:
+        self._feed(line)
+        self.previous = line
+
+    def _feed(self, line: Line) -> None:
         text = line.text
         segment = self.segments[-1] if self.segments else None
         if self.version is None and (match := _VERSION.match(text)):
@@ -89,6 +101,8 @@ class _Reader:
             self._open(line)
         elif match := _CG.fullmatch(text):
             self.not_converged += match[1] == "NOT"
+            if (segment is None or segment.completed is not None) and self.loop_start is None:
+                self.loop_start = self.previous.ts if self.previous is not None else math.nan
             if segment is not None and segment.completed is None:
                 segment.cg.append(integer(self.path, line, match[2] or match[3], "CG iterations"))
         elif match := _PLAQ.fullmatch(text):
@@ -100,6 +114,8 @@ class _Reader:
             self._complete(line)
         elif segment is not None and (match := _SEGMENT_TIME.fullmatch(text)):
             segment.time_s = number(self.path, line, match[1] or match[2], "segment time")
+            if not math.isnan(line.ts) and not math.isnan(segment.loop_start):
+                segment.loop_stamped_s = line.ts - segment.loop_start
         elif match := _TOTAL_ITERS.fullmatch(text):
             self.total_iters = integer(self.path, line, match[1], "total_iters")
 
@@ -109,8 +125,12 @@ class _Reader:
                                         f"{self.segments[-1].opened.no}", line.no)
         if self.params["trajecs"] is None:
             raise ParseError(self.path, f"{WARMUPS} before the 'trajecs N' parameter line", line.no)
+        # Without warm-ups the loop's first solve comes after this line: the loop began just before it.
+        start = self.loop_start if self.loop_start is not None else (
+            self.previous.ts if self.previous is not None else math.nan)
         self.segments.append(_Segment(line, self.params["trajecs"], self.params["traj_between_meas"],
-                                      self.params["warms"]))
+                                      self.params["warms"], loop_start=start))
+        self.loop_start = None
         self.clock.open(line)
 
     def _complete(self, line: Line) -> None:
@@ -160,6 +180,7 @@ def parse(path: str | Path, lines: Sequence[Line], timestamped: bool) -> AppOutp
         "total_iters": reader.total_iters,
         "cg_not_converged": reader.not_converged,
         "segment_time_s": times,
+        "loop_stamped_s": [seg.loop_stamped_s for seg in reader.segments],
     }
     return AppOutput(app="milc", version=reader.version, nranks=reader.nranks, timestamped=timestamped,
                      steps=steps, total_s=total_s, checks=checks)
