@@ -100,7 +100,9 @@ def main() -> int:
         return 1
     hp = [sys.executable, "-m", "hpcvar"]
     # The testbed's map (written by `up`), so that each run's groups are known.
-    topology = Path("/var/tmp/hpcvar-slurm/etc/testbed-topology.yaml")
+    from hpcvar.dev import slurm as dev
+
+    topology = dev.Layout(dev.state_dir()).topology_map
     subprocess.run([*hp, "import-reframe", str(report), "--raw", str(work / "raw"),
                     *(["--topology", str(topology)] if topology.is_file() else [])], check=True, env=env)
     subprocess.run([*hp, "collate", str(work / "raw"), "--out", str(work / "dataset")], check=True, env=env)

@@ -170,15 +170,15 @@ def main(argv=None) -> int:
         # MILC's also holds the warm-ups and the last measurement: its stamped loop against it.
         loop = runs[runs["num_steps"].gt(0) & ~runs["run_id"].isin(timed["run_id"])]
         for name, part in loop.groupby("dataset"):
-            rel = []
+            rel, what = [], "the steps' sum"
             for r in part.itertuples():
                 own = app_output.read(res / "raw" / r.raw_dir / STDOUT)
-                stored = (sum(own.checks["loop_stamped_s"]) if "loop_stamped_s" in own.checks
-                          else steps.loc[steps["run_id"] == r.run_id, "duration_s"].sum())
+                if "loop_stamped_s" in own.checks:
+                    stored, what = sum(own.checks["loop_stamped_s"]), "the stamped loop, warm-ups included"
+                else:
+                    stored = steps.loc[steps["run_id"] == r.run_id, "duration_s"].sum()
                 rel.append(abs(stored - own.total_s) / own.total_s)
             within = sum(x <= 0.05 for x in rel)
-            what = ("the stamped loop, warm-ups included" if name.startswith("milc")
-                    else "the steps' sum")
             print(f"{name} (one timer around the steps: {what} against it): {within} of {len(rel)} runs; "
                   f"median {statistics.median(rel):.2%}, max {max(rel):.2%}")
 

@@ -121,6 +121,8 @@ def test_simulated_output_has_the_real_format(tmp_path: Path, real: apps.AppOutp
     assert set(sim.checks) == set(real.checks)
     np.testing.assert_allclose(sim.steps["end"], real.steps["end"], atol=1e-6)
     assert sim.steps["reported_s"].isna().all()
+    # No warm-ups: the stamped loop starts at the line before WARMUPS COMPLETED, and is MILC's Time.
+    assert sim.checks["loop_stamped_s"] == [pytest.approx(sim.total_s, abs=1e-5)]
     # line for line the real format (numbers masked), but for the real run's one warm-up
     # trajectory (8 CG lines before WARMUPS COMPLETED): the simulator writes none, as Table I's deck.
     number = re.compile(r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
