@@ -3,6 +3,8 @@ steps, and the planted driver recovered on the paper preset (two seeds)."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pandas as pd
 
@@ -68,7 +70,12 @@ def test_a_steps_contributions_are_measured_from_a_typical_step():
                          "duration_s": (5 + s) * (1 + 0.625 * (g - 1)) * np.exp(rng.normal(0, 0.01)),
                          "NOISE": 1e5 * np.exp(rng.normal(0, 0.3))})
     frame = pd.DataFrame(rows)
-    out = deviation.attribute(frame, ["GL_QUEUED_US", "NOISE"], DeviationSettings(folds=4))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = deviation.attribute(frame, ["GL_QUEUED_US", "NOISE"], DeviationSettings(folds=4))
+    # The typical step is predicted with the fitted features' names: no scikit-learn warning per
+    # fold in the job's log.
+    assert not [w for w in caught if "feature names" in str(w.message)], [str(w.message) for w in caught]
     feats = out[["GL_QUEUED_US", "NOISE"]]
     # The contributions and the typical step's prediction make the step's prediction.
     assert np.allclose(feats.sum(axis=1) + out["bias"], out["predicted_rel"])

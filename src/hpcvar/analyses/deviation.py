@@ -124,7 +124,9 @@ def attribute(frame: pd.DataFrame, features: list[str], s: DeviationSettings, la
         model = _model(s).fit(centre_on(tr, features, medians).fillna(0),
                               centre_on(tr, ["duration_s"], medians)["duration_s"])
         contrib = model.predict(centre_on(te, features, medians).fillna(0), pred_contrib=True)
-        typical = model.predict(np.zeros((1, len(features))), pred_contrib=True)[0]  # centred: medians at 0
+        # Centred: a typical step has every feature at its median, 0. Named as the model was fitted
+        # (a bare array made scikit-learn warn once per fold in the job's log).
+        typical = model.predict(pd.DataFrame(np.zeros((1, len(features))), columns=features), pred_contrib=True)[0]
         part = pd.DataFrame(contrib[:, :-1] - typical[:-1], columns=features, index=te.index)
         part.insert(0, "bias", typical.sum())
         part.insert(0, "predicted_rel", contrib.sum(axis=1))
