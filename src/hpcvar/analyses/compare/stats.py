@@ -134,17 +134,26 @@ def _perm_statistics(assign: np.ndarray, codes: np.ndarray, dev: np.ndarray, las
 
     ``assign`` (P x G, True = BEFORE) labels groups; ``codes`` gives each pooled, sorted value's
     group; ``dev`` is each value's distance from the pooled median (a Levene-type spread measure
-    that does not depend on the labelling); ``last`` marks the last value of each run of ties."""
-    labels = assign[:, codes]
-    n = labels.shape[1]
-    nb = labels.sum(axis=1, keepdims=True).astype(float)
+    that does not depend on the labelling); ``last`` marks the last value of each run of ties.
+
+    With ``mb`` the BEFORE values among the first j of the n sorted ones, the AFTER ones number
+    ``j - mb``, so both empirical CDFs and both Anderson-Darling terms follow from ``mb`` alone
+    (``n*ma - j*na = -(n*mb - j*nb)``), and the spread's sums from each group's sum of ``dev``:
+    a few passes over the P x n matrix instead of one per term."""
+    n_groups, n = assign.shape[1], len(codes)
+    weights = assign.astype(float)
+    nb = weights @ np.bincount(codes, minlength=n_groups).astype(float)
     na = n - nb
-    mb = np.cumsum(labels, axis=1, dtype=np.int64)
-    ma = np.arange(1, n + 1) - mb
-    ks = np.max(np.abs(mb / nb - ma / na)[:, last], axis=1)
-    j = np.arange(1, n)
-    ad = (((n * mb[:, :-1] - j * nb) ** 2 / nb + (n * ma[:, :-1] - j * na) ** 2 / na) / (j * (n - j))).sum(axis=1) / n
-    spread = np.abs(labels @ dev / nb[:, 0] - (~labels) @ dev / na[:, 0])
+    mb = np.cumsum(assign[:, codes], axis=1, dtype=float)
+    j = np.arange(1, n + 1, dtype=float)
+    both = (1 / nb + 1 / na)[:, None]
+    at = mb if last.all() else mb[:, last]
+    ks = np.abs(at * both - j[last] / na[:, None]).max(axis=1)
+    gap = mb[:, :-1] * n
+    gap -= nb[:, None] * j[:-1]
+    ad = (gap * gap) @ (1 / (j[:-1] * (n - j[:-1]))) * both[:, 0] / n
+    dev_b = weights @ np.bincount(codes, weights=dev, minlength=n_groups)
+    spread = np.abs(dev_b / nb - (dev.sum() - dev_b) / na)
     return np.stack([ks, ad, spread], axis=1)
 
 
