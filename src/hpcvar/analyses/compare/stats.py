@@ -170,12 +170,17 @@ def group_permutation_tests(b: np.ndarray, a: np.ndarray, gb: np.ndarray, ga: np
     system change. Groups are thinned to ``max_values`` values in all for speed; the test stays exact."""
     from itertools import combinations
 
-    keys_b, keys_a = np.unique(gb.astype(str)), np.unique(ga.astype(str))
+    # Each side's groups in the order of their names, each group's values in their own order,
+    # split at once (a comparison of every value's group name with each name in turn took a
+    # second per pair at 2,989 runs).
+    sides = [(x, *np.unique(g.astype(str), return_inverse=True)) for x, g in ((b, gb), (a, ga))]
+    keys_b, keys_a = sides[0][1], sides[1][1]
     per_group = max(10, max_values // (len(keys_b) + len(keys_a)))
     values, codes = [], []
-    for side, x, g, keys in ((0, b, gb.astype(str), keys_b), (1, a, ga.astype(str), keys_a)):
-        for k in keys:
-            v = x[g == k]
+    for x, keys, inverse in sides:
+        inverse = inverse.ravel()
+        grouped = x[np.argsort(inverse, kind="stable")]
+        for v in np.split(grouped, np.cumsum(np.bincount(inverse, minlength=len(keys)))[:-1]) if len(keys) else []:
             if len(v) > per_group:
                 v = rng.choice(v, per_group, replace=False)
             values.append(v)
