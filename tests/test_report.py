@@ -187,7 +187,10 @@ def test_report_pseudonymises_a_dataset_collated_with_real_names(campaign, tmp_p
     from hpcvar.analyses import neighbourhood
     from hpcvar.collate import collate
 
-    c = campaign("demo", 0, 15)
+    # Two days of the demo (the suite's small campaign): every user name still reaches the
+    # dataset, the neighbourhood's top users and the report's figures; collating and reporting
+    # 15 days took most of this test's time.
+    c = campaign("demo", 3, 2)
     collate(c.raw, tmp_path / "dataset", Pseudonymiser(None, enabled=False))
     neigh = pd.read_parquet(tmp_path / "dataset" / "neighbourhood")
     real = set(neigh["user"])
