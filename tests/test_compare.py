@@ -230,6 +230,29 @@ def test_a_shift_of_every_run_is_found_across_runs():
     assert few["verdict"] == "unchanged" and "too few to tell a change from run-to-run variation" in few["reason"]
 
 
+def test_the_permutation_test_takes_each_runs_values_in_their_own_order_wherever_they_lie():
+    """Runs' values interleaved (as steps of overlapping runs arrive) give the same test as the
+    same values listed run by run: each run keeps its values in their own order, so thinning a
+    run to its share draws the same values from the same seed."""
+    rng = np.random.default_rng(33)
+
+    def side(n_runs, shift):
+        values = np.concatenate([(1 + shift + rng.normal(0, 0.05)) * rng.normal(1, 0.01, 150) for _ in range(n_runs)])
+        return values, np.repeat([f"r{shift}-{k:02d}" for k in range(n_runs)], 150)
+    (b, gb), (a, ga) = side(9, 0.0), side(8, 0.1)
+    # 17 runs of 150 values: thinned to 117 a run (2,000 in all), drawn at random within each run.
+    by_run = cmp.stats.group_permutation_tests(b, a, gb, ga, rng=np.random.default_rng(5))
+    # Interleave the runs as overlapping runs' steps arrive: each value gets a time, increasing
+    # within its run, and the values are listed by time.
+    order_b, order_a = (np.argsort(np.concatenate([np.sort(rng.random(150)) for _ in range(len(g) // 150)]))
+                        for g in (gb, ga))
+    assert not (gb[order_b][1:] >= gb[order_b][:-1]).all()  # really interleaved
+    interleaved = cmp.stats.group_permutation_tests(b[order_b], a[order_a], gb[order_b], ga[order_a],
+                                                    rng=np.random.default_rng(5))
+    assert interleaved == by_run
+    assert by_run["perm_ks_p"] < 0.01 and not by_run["permutation_exact"]
+
+
 @pytest.mark.filterwarnings("ignore:p-value capped")
 def test_permutation_statistics_match_scipy():
     rng = np.random.default_rng(32)
