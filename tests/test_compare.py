@@ -241,14 +241,14 @@ def test_the_permutation_test_takes_each_runs_values_in_their_own_order_wherever
         return values, np.repeat([f"r{shift}-{k:02d}" for k in range(n_runs)], 150)
     (b, gb), (a, ga) = side(9, 0.0), side(8, 0.1)
     # 17 runs of 150 values: thinned to 117 a run (2,000 in all), drawn at random within each run.
-    by_run = cmp.stats.group_permutation_tests(b, a, gb, ga, rng=np.random.default_rng(5))
+    by_run = cmp.stats.group_permutation_tests(b, a, gb, ga, rng=np.random.default_rng(5), n_perm=999)
     # Interleave the runs as overlapping runs' steps arrive: each value gets a time, increasing
     # within its run, and the values are listed by time.
     order_b, order_a = (np.argsort(np.concatenate([np.sort(rng.random(150)) for _ in range(len(g) // 150)]))
                         for g in (gb, ga))
     assert not (gb[order_b][1:] >= gb[order_b][:-1]).all()  # really interleaved
     interleaved = cmp.stats.group_permutation_tests(b[order_b], a[order_a], gb[order_b], ga[order_a],
-                                                    rng=np.random.default_rng(5))
+                                                    rng=np.random.default_rng(5), n_perm=999)
     assert interleaved == by_run
     assert by_run["perm_ks_p"] < 0.01 and not by_run["permutation_exact"]
 
