@@ -180,7 +180,8 @@ def group_permutation_tests(b: np.ndarray, a: np.ndarray, gb: np.ndarray, ga: np
     for x, keys, inverse in sides:
         inverse = inverse.ravel()
         grouped = x[np.argsort(inverse, kind="stable")]
-        for v in np.split(grouped, np.cumsum(np.bincount(inverse, minlength=len(keys)))[:-1]) if len(keys) else []:
+        ends = np.cumsum(np.bincount(inverse, minlength=len(keys)))
+        for v in (grouped[lo:hi] for lo, hi in zip(np.r_[0, ends[:-1]], ends)):
             if len(v) > per_group:
                 v = rng.choice(v, per_group, replace=False)
             values.append(v)
