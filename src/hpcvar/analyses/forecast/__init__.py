@@ -251,6 +251,11 @@ def analyse_all(data: dict, names: list[str], pairs: dict[str, str], settings: F
     size = data["runs"].groupby("dataset")["num_steps"].sum()
     order = sorted(names, key=lambda n: -size.get(n, 0))
     print(f"forecast: {len(names)} datasets over {workers} processes", file=sys.stderr, flush=True)
+    # What a worker needs to forecast (torch, Lightning, LightGBM), imported once here before the
+    # workers fork: they inherit it instead of each importing it again.
+    import lightgbm  # noqa: F401
+
+    from hpcvar.analyses.forecast import grid, outputs  # noqa: F401
     context = multiprocessing.get_context("fork")
     with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
         futures = {}
