@@ -80,11 +80,12 @@ def campaign(testbed):  # noqa: F811
     (wd / "campaign.yaml").write_text(yaml.safe_dump(config))
     # The rounds alone on the machine: another test's CPU load would slow the runs as an unplanned
     # CPU hog (in the full suite it cost explain two of nine culprit runs, named "load" and
-    # "network"). Collation, the analyses and the report compute on what the rounds measured, so
-    # they share the machine like any test.
+    # "network"). The rounds' imports (each before the next round), collation, the analyses and
+    # the report compute on what the rounds measured: after the last round they share the machine
+    # like any test.
     with machine(exclusive=True):
-        out = snakemake("results/dataset/collated.json", "--profile", PROFILE, "--configfile", "campaign.yaml",
-                        cwd=wd, env=testbed["env"], timeout=1800)
+        out = snakemake(f"results/rounds/{ROUNDS:03d}/imported.json", "--profile", PROFILE, "--configfile",
+                        "campaign.yaml", cwd=wd, env=testbed["env"], timeout=1800)
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
     out = snakemake("--profile", PROFILE, "--configfile", "campaign.yaml", cwd=wd, env=testbed["env"], timeout=1800)
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
