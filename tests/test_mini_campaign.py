@@ -39,7 +39,8 @@ def mini(tmp_path_factory, cluster):  # noqa: F811
     # The round alone on the machine: the test compares the stamped step times with the programs'
     # own, and another test's CPU load starves `ts` and srun as an unplanned CPU hog would (in a
     # full suite the proxy's last step was stamped 69 ms late, beside the round's own Aggressor
-    # and the other worker). Its import, collation, the analyses and the report share the machine.
+    # and the other worker). The round and its import (about a second) hold the machine alone;
+    # collation, the analyses and the report share it.
     last = f"results/rounds/{config['campaign']['rounds']:03d}/imported.json"
     with machine(exclusive=True):
         out = snakemake(last, "--profile", PROFILE, "--configfile", "mini.yaml", cwd=wd, env=env, timeout=2400)

@@ -80,9 +80,9 @@ def campaign(testbed):  # noqa: F811
     (wd / "campaign.yaml").write_text(yaml.safe_dump(config))
     # The rounds alone on the machine: another test's CPU load would slow the runs as an unplanned
     # CPU hog (in the full suite it cost explain two of nine culprit runs, named "load" and
-    # "network"). The rounds' imports (each before the next round), collation, the analyses and
-    # the report compute on what the rounds measured: after the last round they share the machine
-    # like any test.
+    # "network"). Each round's import (about a second) runs before the next round, so up to the
+    # last round's import the campaign holds the machine alone; collation, the analyses and the
+    # report compute on what the rounds measured and share the machine like any test.
     with machine(exclusive=True):
         out = snakemake(f"results/rounds/{ROUNDS:03d}/imported.json", "--profile", PROFILE, "--configfile",
                         "campaign.yaml", cwd=wd, env=testbed["env"], timeout=1800)
