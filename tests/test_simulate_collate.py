@@ -516,6 +516,36 @@ def test_ldms_changes_are_split_over_steps_by_overlap(tmp_path):
     assert set(out["counter"]) == {"RT_FLIT_TOT"}
 
 
+def test_ldms_means_count_each_router_that_reported_in_the_step(tmp_path):
+    """Hand-computed: 20 routers outside the job, one of which stops sampling before step 2; the
+    mean is over the routers that reported in the step, counted once however many samples each had."""
+    from hpcvar.collate import CollateResult, RunData, system_counters
+    from hpcvar.system.topology import Topology
+
+    others = [f"nid{i:05d}" for i in range(2, 22)]
+    topo = Topology(pd.DataFrame({"node": ["nid00000", "nid00001", *others],
+                                  "router": ["r-io", "r-mine", *(f"r-o{i:02d}" for i in range(20))],
+                                  "group": "g0", "role": ["io", "compute"] + ["compute"] * 20}))
+    rates = {node: 10.0 * (i + 1) for i, node in enumerate(others)}
+    t = np.arange(1000.0, 1101.0, 10.0)
+    d = tmp_path / "ldms"
+    d.mkdir()
+    with ldms.StoreCsvWriter(d / "rtr.1000", ["AR_RTR_INQ_PRF_INCOMING_FLIT_TOTAL"]) as w:
+        for node in ["nid00000", "nid00001", *others]:
+            times = t[t <= 1040] if node == "nid00015" else t  # router r-o13 stops after 1040 s
+            w.write_rows(times, node, int(node[3:]), 0, ((times - 1000) * rates.get(node, 1.0)).astype(np.int64)[:, None])
+    epoch = lambda v: pd.to_datetime(v, unit="s", utc=True)  # noqa: E731
+    steps = pd.DataFrame({"run_id": "r1", "step": [1, 2], "start": epoch([1012.0, 1050.0]),
+                          "end": epoch([1030.0, 1080.0]), "duration_s": [18.0, 30.0]})
+    run = RunData({"run_id": "r1"}, steps, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), {"r-mine"})
+    out = system_counters(d, topo, [run], CollateResult()).set_index(["scope", "step"])
+    assert out.loc[("sys", 1), "num_routers"] == 20 and out.loc[("sys", 2), "num_routers"] == 19
+    assert out.loc[("sys", 1), "value"] == pytest.approx(np.mean(list(rates.values())) * 18.0)
+    still = [r for node, r in rates.items() if node != "nid00015"]
+    assert out.loc[("sys", 2), "value"] == pytest.approx(np.mean(still) * 30.0)
+    assert out.loc[("io", 1), "num_routers"] == 1 and out.loc[("io", 2), "num_routers"] == 1
+
+
 def test_sacct_without_needed_fields_is_quarantined_with_the_fields(small_raw, tmp_path):
     from hpcvar.parsers import sacct
 
