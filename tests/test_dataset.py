@@ -285,19 +285,19 @@ def test_append_never_overwrites_a_part_with_the_same_stamp(tmp_path: Path, monk
 
 
 def _failing_write_table(monkeypatch, fail_at: int, write_first: bool) -> list[str]:
-    """Make the ``fail_at``-th pyarrow.parquet.write_table call fail (after writing if write_first)."""
-    real = pq.write_table
+    """Make the ``fail_at``-th table written to a round fail (after writing if write_first)."""
+    real = pq.ParquetWriter.write_table
     calls: list[str] = []
 
-    def write_table(table, where, *args, **kwargs):
-        calls.append(str(where))
+    def write_table(self, table, *args, **kwargs):
+        calls.append(str(self.where))
         if len(calls) == fail_at:
             if write_first:
-                real(table, where, *args, **kwargs)
+                real(self, table, *args, **kwargs)
             raise OSError("No space left on device")
-        return real(table, where, *args, **kwargs)
+        return real(self, table, *args, **kwargs)
 
-    monkeypatch.setattr(pq, "write_table", write_table)
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", write_table)
     return calls
 
 
@@ -306,12 +306,11 @@ def test_interrupted_append_leaves_no_visible_part(tmp_path: Path, monkeypatch):
     ds.append(_round(1))
     before = _snapshot(ds)
     data_before = {n: _comparable(ds.read(n)) for n in TABLES}
-    calls = _failing_write_table(monkeypatch, fail_at=3, write_first=False)
+    calls = _failing_write_table(monkeypatch, fail_at=3, write_first=True)
     with pytest.raises(OSError, match="No space"):
         ds.append(_round(2))
-    assert len(calls) == 3
-    # runs is written last, so the failure hits the third child table before runs is touched.
-    assert [Path(c).parent.name for c in calls] == ["steps", "step_counters", "system_counters"]
+    # The round's first tables, runs among them, were written (to hidden files) before the failure.
+    assert [Path(c).parent.name for c in calls] == ["runs", "steps", "step_counters"]
     assert _snapshot(ds) == before
     assert sorted(str(p.relative_to(ds.path)) for p in ds.path.rglob("part-*.parquet")) == sorted(before)
     assert {n: _comparable(ds.read(n)) for n in TABLES} == data_before
@@ -327,7 +326,77 @@ def test_interrupted_append_leaves_no_temporary_file(tmp_path: Path, monkeypatch
     _failing_write_table(monkeypatch, fail_at=3, write_first=True)
     with pytest.raises(OSError):
         ds.append(_round(1))
-    assert [p for p in ds.path.rglob("*") if p.is_file()] == []
+    assert not ds.path.exists()
+
+
+def test_failed_rename_at_commit_leaves_no_part(tmp_path: Path, monkeypatch):
+    """The parts become visible by renames, runs last: a rename that fails takes back the others."""
+    import hpcvar.data.dataset as dataset_mod
+
+    ds = Dataset(tmp_path / "ds")
+    ds.append(_round(1))
+    before = _snapshot(ds)
+    real, done = os.replace, []
+
+    def replace(src, dst):
+        if len(done) == 4:
+            raise OSError("Input/output error")
+        real(src, dst)
+        done.append(Path(dst).parent.name)
+
+    monkeypatch.setattr(dataset_mod.os, "replace", replace)
+    with pytest.raises(OSError, match="Input/output"):
+        ds.append(_round(2))
+    assert "runs" not in done and len(done) == 4
+    assert _snapshot(ds) == before and ds.run_ids() == {"cori-1"}
+
+
+def _pieces(tables: dict[str, pd.DataFrame], run_ids: list[str]) -> dict[str, pd.DataFrame]:
+    return {name: df[df["run_id"].isin(run_ids)] for name, df in tables.items() if name != "runs"}
+
+
+def test_a_round_added_in_pieces_reads_as_one_append(tmp_path: Path):
+    whole, pieces = Dataset(tmp_path / "whole"), Dataset(tmp_path / "pieces")
+    tables = _round(1, 2, 3)
+    whole.append(tables)
+    with pieces.round("raw") as r:
+        r.add(_pieces(tables, ["cori-1", "cori-2"]))
+        # Nothing is visible before the round ends, not even the pieces written so far.
+        assert pieces.run_ids() == set() and all(pieces.parts(n) == [] for n in TABLES)
+        r.add(_pieces(tables, ["cori-3"]))
+        r.add({"runs": tables["runs"]})
+    assert r.part is not None
+    for name in TABLES:
+        assert [p.name for p in pieces.parts(name)] == [f"{r.part}.parquet"], name
+        assert _comparable(pieces.read(name)) == _comparable(whole.read(name)), name
+
+
+def test_a_round_that_raises_leaves_nothing(tmp_path: Path):
+    ds = Dataset(tmp_path / "ds")
+    ds.append(_round(1))
+    before = _snapshot(ds)
+    tables = _round(2, 3)
+    with pytest.raises(RuntimeError, match="reading the next run failed"):
+        with ds.round() as r:
+            r.add(_pieces(tables, ["cori-2"]))
+            raise RuntimeError("reading the next run failed")
+    assert r.part is None and _snapshot(ds) == before
+    # Pieces whose runs never came are refused at the end, with nothing written.
+    with pytest.raises(SchemaError, match=r"steps: rows for run_ids not in this round's runs table: \['cori-3'\]"):
+        with ds.round() as r:
+            r.add(_pieces(tables, ["cori-2", "cori-3"]))
+            r.add({"runs": tables["runs"].iloc[:1]})
+    assert _snapshot(ds) == before
+
+
+def test_a_run_added_twice_to_one_round_is_refused(tmp_path: Path):
+    ds = Dataset(tmp_path / "ds")
+    tables = _round(1, 2)
+    with pytest.raises(SchemaError, match=r"runs: duplicate key \['run_id'\] = \['cori-2'\]"):
+        with ds.round() as r:
+            r.add({"runs": tables["runs"]})
+            r.add({"runs": tables["runs"].iloc[1:]})
+    assert not ds.path.exists()
 
 
 # --- quarantine ------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 import yaml
 
@@ -20,6 +21,7 @@ from conftest import SALT
 from hpcvar.collate import collate
 from hpcvar.data.dataset import Dataset
 from hpcvar.data.rawlayout import write_manifest
+from hpcvar.data.schema import TABLES
 from hpcvar.parsers import apps, detect, inspect, ldms
 from hpcvar.simulate import simulate
 from hpcvar.simulate.presets import get_preset, upgrade_windows
@@ -395,6 +397,55 @@ def test_the_same_dataset_from_one_process_or_two(small_raw, tmp_path):
     for table in ("runs", "steps", "step_counters", "mpi_profile", "neighbourhood", "system_counters"):
         pd.testing.assert_frame_equal(Dataset(tmp_path / "dataset-1").read(table),
                                       Dataset(tmp_path / "dataset-2").read(table))
+
+
+def test_a_round_written_in_batches_is_the_round_written_at_once(small_raw, tmp_path, monkeypatch):
+    """Collation writes each batch of runs' tables as it goes: batches of 3 runs make the dataset
+    one batch makes, row for row, in one part per table."""
+    import hpcvar.collate as collate_mod
+
+    at_once = collate(small_raw, tmp_path / "at-once", Pseudonymiser(SALT), workers=1)
+    monkeypatch.setattr(collate_mod, "BATCH_RUNS", 3)
+    batched = collate(small_raw, tmp_path / "batched", Pseudonymiser(SALT), workers=1)
+    assert len(batched.new_runs) > 3 * 3 and batched.as_dict() == at_once.as_dict()
+    for table in TABLES:
+        parts = Dataset(tmp_path / "batched").parts(table)
+        assert len(parts) == len(Dataset(tmp_path / "at-once").parts(table)) <= 1, table
+        pd.testing.assert_frame_equal(Dataset(tmp_path / "at-once").read(table),
+                                      Dataset(tmp_path / "batched").read(table))
+    assert pq.ParquetFile(Dataset(tmp_path / "batched").parts("steps")[0]).num_row_groups > 3
+
+
+def test_collation_that_fails_after_batches_were_written_leaves_the_dataset_as_it_was(small_raw, tmp_path,
+                                                                                      monkeypatch):
+    """A failure in the LDMS pass, after batches of runs went to the round's files: the dataset
+    keeps what it had, no file of the round is left, and collating again adds the round."""
+    import hpcvar.collate as collate_mod
+
+    runs = sorted((small_raw / "runs").iterdir())
+    moved = tmp_path / "later"
+    moved.mkdir()
+    for run in runs[len(runs) // 2:]:
+        run.rename(moved / run.name)
+    ds = Dataset(tmp_path / "dataset")
+    first = collate(small_raw, ds.path, Pseudonymiser(SALT))
+    before = {p: p.read_bytes() for p in ds.path.rglob("*") if p.is_file()}
+    for run in moved.iterdir():
+        run.rename(small_raw / "runs" / run.name)
+    monkeypatch.setattr(collate_mod, "BATCH_RUNS", 2)
+    real = collate_mod.system_counters
+
+    def failing(*args, **kwargs):
+        raise OSError("Input/output error")
+
+    monkeypatch.setattr(collate_mod, "system_counters", failing)
+    with pytest.raises(OSError, match="Input/output"):
+        collate(small_raw, ds.path, Pseudonymiser(SALT))
+    assert {p: p.read_bytes() for p in ds.path.rglob("*") if p.is_file()} == before
+    monkeypatch.setattr(collate_mod, "system_counters", real)
+    second = collate(small_raw, ds.path, Pseudonymiser(SALT))
+    assert len(second.new_runs) > 2 * 2 and set(second.skipped) == set(first.new_runs)
+    assert ds.run_ids() == set(first.new_runs) | set(second.new_runs)
 
 
 def test_changed_file_fails_its_checksum(small_raw, tmp_path):

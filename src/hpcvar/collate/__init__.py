@@ -8,6 +8,10 @@ quarantined as a whole (file, line, error) and the rest collate. Runs whose Slur
 COMPLETED are recorded as failed, not collated as data. System-wide LDMS counters are aggregated
 per run step in one streaming pass over the LDMS files.
 
+A round is written as it is read (:meth:`hpcvar.data.dataset.Dataset.round`): each batch of runs'
+tables goes to the round's files, so memory holds one batch, not the campaign; the round becomes
+visible as a whole at the end, or not at all.
+
 Collation is idempotent: runs already in the dataset are skipped, so re-running gives identical
 tables, and appending a round never rewrites earlier parts.
 
@@ -61,6 +65,20 @@ class RunData:
     run_counters: pd.DataFrame | None = None
     #: Input of the run set aside (quarantine entries) while the run itself is collated.
     set_aside: list[dict] = field(default_factory=list)
+    #: The names of the step counters written to the dataset already (:meth:`release`).
+    written_counters: frozenset[str] = frozenset()
+
+    def counter_names(self) -> set[str]:
+        """The names of the run's step counters, written or not."""
+        held = self.step_counters
+        return set(self.written_counters) | (set(held["counter"]) if held is not None and len(held) else set())
+
+    def release(self) -> None:
+        """Let go of the tables written to the dataset; the run, its steps (the LDMS pass matches
+        them to monitoring), its routers and run counters (the LDMS pass adds to them) stay."""
+        self.written_counters = frozenset(self.counter_names())
+        self.step_counters = self.mpi_profile = self.neighbourhood = None
+        self.latency = self.latency_histograms = None
 
 
 @dataclass(frozen=True)
@@ -659,9 +677,22 @@ def _collate_runs(run_dirs: list[Path], system: SystemInfo, topo: Topology, have
                             chunksize=max(1, min(8, len(run_dirs) // (4 * workers))))
 
 
+#: Runs read before their tables are written to the round (see :func:`collate`).
+BATCH_RUNS = 256
+
+#: The tables a run's own files give, written with each batch of runs.
+RUN_TABLES = ("steps", "step_counters", "mpi_profile", "latency", "latency_histograms")
+
+
 def collate(raw: str | Path, out: str | Path, pseudonymise: Pseudonymiser, workers: int | None = None) -> CollateResult:
     """Collate the runs of ``raw`` not yet in the dataset at ``out``; the runs' files are read by
-    ``workers`` processes (default: one per usable core)."""
+    ``workers`` processes (default: one per usable core).
+
+    The round is written as it is read (:meth:`Dataset.round`): every :data:`BATCH_RUNS` runs,
+    their own tables go to the round's files and only what the LDMS pass needs of them (the run,
+    its steps and routers) stays in memory. The round becomes visible once the runs table is
+    written, at the end; an error anywhere leaves the dataset as it was.
+    """
     raw, ds = Path(raw), Dataset(out)
     check_systems(raw, out)
     system = SystemInfo(raw)
@@ -671,74 +702,119 @@ def collate(raw: str | Path, out: str | Path, pseudonymise: Pseudonymiser, worke
     result = CollateResult()
     have = ds.run_ids()
     run_dirs = sorted(p for p in (raw / RUNS_DIR).iterdir() if p.is_dir()) if (raw / RUNS_DIR).exists() else []
+    # Set aside in the order the files are taken up: runs, perflogs, LDMS (each run's own, the store).
+    later, own_ldms = CollateResult(), CollateResult()
+    perflogs = perflog_provenance(raw, later)
     collected: list[RunData] = []
+    shared: list[RunData] = []  # runs whose system counters come from the campaign's LDMS store
+    own_sysc: list[pd.DataFrame] = []
     bar = Progress("collate: runs", len(run_dirs))
-    for kind, rd in _collate_runs(run_dirs, system, topo, have, workers or usable_cores()):
-        bar.step()
-        if kind == "incomplete":
-            result.incomplete.append(rd)
-        elif kind == "skipped":
-            result.skipped.append(rd)
-        elif kind == "quarantined":
-            result.quarantined.append(rd)
-        elif isinstance(rd, FailedRun):
-            result.failed.append(rd.as_record())
-        else:
-            collected.append(rd)
-            result.quarantined += rd.set_aside
-    perflogs = perflog_provenance(raw, result)
-    if not perflogs.empty and "job_id" in perflogs.columns:
-        for rd in collected:
-            hit = perflogs[perflogs["job_id"].astype(str) == rd.run["job_id"]]
-            # Perflog fields a site adds for provenance (the perflog's own `version` is ReFrame's).
-            for key in ("software", "container"):
-                if rd.run[key] is None and key in hit.columns and hit[key].notna().any():
-                    rd.run[key] = str(hit[key].dropna().iloc[0])
-    # System-wide counters: from the run's own LDMS slice (import-reframe --ldms) when it has one,
-    # else from the campaign's store (system.yaml `ldms:`).
-    own = [rd for rd in collected if (raw / rd.run["raw_dir"] / RUN_LDMS_DIR).is_dir()]
-    shared = [rd for rd in collected if rd not in own]
-    frames = [system_counters(raw / rd.run["raw_dir"] / RUN_LDMS_DIR, topo, [rd], result) for rd in own]
-    if shared and system.ldms is not None and system.ldms.exists():
-        frames.append(system_counters(system.ldms, topo, shared, result))
-    frames = [f for f in frames if not f.empty]
-    sysc = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    if not sysc.empty:
-        # Link counters of the run's own routers are its job counters (as AriesNCL's counters.csv).
-        own_steps = (sysc["scope"] == "job") & (sysc["step"] > 0)
-        job_rows = dict(tuple(sysc[own_steps].groupby("run_id", sort=False)))
-        for rd in collected:
-            mine = job_rows.get(rd.run["run_id"])
-            if mine is not None:
-                have = set(rd.step_counters["counter"])
-                add = mine[~mine["counter"].isin(have)][["run_id", "step", "counter", "value"]]
-                rd.step_counters = pd.concat([rd.step_counters, add], ignore_index=True)
-        sysc = sysc[~own_steps]
-        whole = sysc["step"] == 0  # runs without steps: the whole job's window
-        seconds = {rd.run["run_id"]: (pd.Timestamp(rd.run["end"]) - pd.Timestamp(rd.run["start"])).total_seconds()
-                   for rd in collected}
-        ldms_runs = sysc[whole].rename(columns={"num_routers": "sources"}).drop(columns="step")
-        ldms_runs = ldms_runs.assign(seconds=ldms_runs["run_id"].map(seconds))[RUN_COUNTER_COLUMNS]
-        run_rows = dict(tuple(ldms_runs.groupby("run_id", sort=False)))
-        for rd in collected:
-            mine = run_rows.get(rd.run["run_id"])
-            if mine is not None:
-                rd.run_counters = pd.concat([rd.run_counters, mine], ignore_index=True)
-        sysc = sysc[~whole]
-    if collected:
-        runs = pd.DataFrame([rd.run for rd in collected])
-        runs["user"] = pseudonymise.series(runs["user"])
-        neigh = pd.concat([rd.neighbourhood for rd in collected], ignore_index=True)
-        neigh["user"] = pseudonymise.series(neigh["user"])
-        tables = {"runs": runs, "neighbourhood": neigh}
-        for name in ("steps", "step_counters", "mpi_profile", "latency", "latency_histograms", "run_counters"):
-            # Microbenchmark runs have no steps, application runs no latency samples.
-            parts = [getattr(rd, name) for rd in collected if getattr(rd, name) is not None and len(getattr(rd, name))]
-            if parts:
-                tables[name] = pd.concat(parts, ignore_index=True)
-        if not sysc.empty:
-            tables["system_counters"] = sysc
-        ds.append(tables, origin=str(raw))
-        result.new_runs = [rd.run["run_id"] for rd in collected]
+    with ds.round(origin=str(raw)) as round_:
+        batch: list[RunData] = []
+        for kind, rd in _collate_runs(run_dirs, system, topo, have, workers or usable_cores()):
+            bar.step()
+            if kind == "incomplete":
+                result.incomplete.append(rd)
+            elif kind == "skipped":
+                result.skipped.append(rd)
+            elif kind == "quarantined":
+                result.quarantined.append(rd)
+            elif isinstance(rd, FailedRun):
+                result.failed.append(rd.as_record())
+            else:
+                result.quarantined += rd.set_aside
+                _add_provenance(rd, perflogs)
+                # System-wide counters: from the run's own LDMS slice (import-reframe --ldms) when
+                # it has one, now; else from the campaign's store (system.yaml `ldms:`), below.
+                if (raw / rd.run["raw_dir"] / RUN_LDMS_DIR).is_dir():
+                    sysc = system_counters(raw / rd.run["raw_dir"] / RUN_LDMS_DIR, topo, [rd], own_ldms)
+                    own_sysc.append(_attach_system_counters(sysc, [rd]))
+                else:
+                    shared.append(rd)
+                collected.append(rd)
+                batch.append(rd)
+                if len(batch) == BATCH_RUNS:
+                    _write_batch(round_, batch, pseudonymise)
+                    batch = []
+        _write_batch(round_, batch, pseudonymise)
+        result.quarantined += later.quarantined + own_ldms.quarantined
+        result.ldms_files += own_ldms.ldms_files
+        frames = own_sysc
+        if shared and system.ldms is not None and system.ldms.exists():
+            sysc = system_counters(system.ldms, topo, shared, result)
+            frames.append(_attach_system_counters(sysc, shared))
+            # The link counters of the store's runs' own routers: step counters found after the
+            # runs' own were written, so they follow them in the round.
+            late = [rd.step_counters for rd in shared if rd.step_counters is not None and len(rd.step_counters)]
+            if late:
+                round_.add({"step_counters": pd.concat(late, ignore_index=True)})
+        frames = [f for f in frames if not f.empty]
+        if collected:
+            tables = {}
+            run_counters = [rd.run_counters for rd in collected if rd.run_counters is not None and len(rd.run_counters)]
+            if run_counters:
+                tables["run_counters"] = pd.concat(run_counters, ignore_index=True)
+            if frames:
+                tables["system_counters"] = pd.concat(frames, ignore_index=True)
+            runs = pd.DataFrame([rd.run for rd in collected])
+            runs["user"] = pseudonymise.series(runs["user"])
+            tables["runs"] = runs
+            round_.add(tables)
+    result.new_runs = [rd.run["run_id"] for rd in collected]
     ds.add_quarantine(result.quarantined + result.failed)
     return result
+
+
+def _add_provenance(rd: RunData, perflogs: pd.DataFrame) -> None:
+    """Perflog fields a site adds for provenance (the perflog's own `version` is ReFrame's)."""
+    if perflogs.empty or "job_id" not in perflogs.columns:
+        return
+    hit = perflogs[perflogs["job_id"].astype(str) == rd.run["job_id"]]
+    for key in ("software", "container"):
+        if rd.run[key] is None and key in hit.columns and hit[key].notna().any():
+            rd.run[key] = str(hit[key].dropna().iloc[0])
+
+
+def _attach_system_counters(sysc: pd.DataFrame, runs: list[RunData]) -> pd.DataFrame:
+    """Give ``runs`` what is theirs of their system counters; returns the rest, the system_counters
+    table's rows.
+
+    Link counters of a run's own routers are its step counters (as AriesNCL's counters.csv), unless
+    its own files had them; a run without steps (step 0: the whole job's window) gets its counters
+    as run counters.
+    """
+    if sysc.empty:
+        return sysc
+    own_steps = (sysc["scope"] == "job") & (sysc["step"] > 0)
+    job_rows = dict(tuple(sysc[own_steps].groupby("run_id", sort=False)))
+    whole = sysc["step"] == 0
+    ldms_runs = sysc[whole & ~own_steps].rename(columns={"num_routers": "sources"}).drop(columns="step")
+    run_rows = dict(tuple(ldms_runs.groupby("run_id", sort=False)))
+    for rd in runs:
+        run_id = rd.run["run_id"]
+        if (mine := job_rows.get(run_id)) is not None:
+            add = mine[~mine["counter"].isin(rd.counter_names())][["run_id", "step", "counter", "value"]]
+            rd.step_counters = pd.concat([rd.step_counters, add], ignore_index=True)
+        if (mine := run_rows.get(run_id)) is not None:
+            seconds = (pd.Timestamp(rd.run["end"]) - pd.Timestamp(rd.run["start"])).total_seconds()
+            rd.run_counters = pd.concat([rd.run_counters, mine.assign(seconds=seconds)[RUN_COUNTER_COLUMNS]],
+                                        ignore_index=True)
+    return sysc[~own_steps & ~whole]
+
+
+def _write_batch(round_, batch: list[RunData], pseudonymise: Pseudonymiser) -> None:
+    """Write a batch of runs' own tables to the round, then let go of all but what the rest of
+    collation needs (the run, its steps for the LDMS pass, its step counters' names)."""
+    if not batch:
+        return
+    neigh = pd.concat([rd.neighbourhood for rd in batch], ignore_index=True)
+    neigh["user"] = pseudonymise.series(neigh["user"])
+    tables = {"neighbourhood": neigh}
+    for name in RUN_TABLES:
+        # Microbenchmark runs have no steps, application runs no latency samples.
+        parts = [getattr(rd, name) for rd in batch if getattr(rd, name) is not None and len(getattr(rd, name))]
+        if parts:
+            tables[name] = pd.concat(parts, ignore_index=True)
+    round_.add(tables)
+    for rd in batch:
+        rd.release()

@@ -9,13 +9,18 @@ Layout of a dataset directory::
 
 Appending a round validates every table against the schema first and refuses run_ids that are
 already present, so nothing collated before can be changed or lost. Parts are written to a
-temporary name and renamed, so an interrupted append leaves no half-written part behind.
+temporary name and renamed, so an interrupted append leaves no half-written part behind. A round
+may be written in pieces (:meth:`Dataset.round`, as collation writes batches of runs): each table's
+pieces are row groups of its one part, and the round is checked and made visible as a whole.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -24,7 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from hpcvar.data.schema import TABLES, SchemaError, conform
-from hpcvar.util.fileio import atomic_path
+from hpcvar.util.fileio import temp_path
 
 
 #: What the last collation did (written last by ``hpcvar collate``; the workflow's collate output).
@@ -90,37 +95,21 @@ class Dataset:
         Every table is checked before any is written: a schema error or a run_id the dataset
         already has aborts the whole round with nothing written.
         """
-        unknown = set(tables) - set(TABLES)
-        if unknown:
-            raise SchemaError(f"unknown tables {sorted(unknown)}")
-        arrow = {name: conform(TABLES[name], df, origin) for name, df in tables.items()}
-        new_runs = set(arrow["runs"]["run_id"].to_pylist()) if "runs" in arrow else set()
-        clash = sorted(new_runs & self.run_ids())
-        if clash:
-            raise DuplicateRunError(f"runs already collated: {clash[:5]}{' ...' if len(clash) > 5 else ''}")
-        for name, tab in arrow.items():
-            if name == "runs":
-                continue
-            orphans = set(tab["run_id"].to_pylist()) - new_runs
-            if orphans:
-                raise SchemaError(f"{name}: rows for run_ids not in this round's runs table: {sorted(orphans)[:5]}")
-        if not new_runs:
-            return None
-        part = self._new_part_name(arrow)
-        written = []
+        with self.round(origin) as r:
+            r.add(tables)
+        return r.part
+
+    @contextmanager
+    def round(self, origin: str = "") -> Iterator[Round]:
+        """A round added in pieces (:meth:`Round.add`), as collation reads it: it becomes visible
+        as a whole when the block ends, and not at all if the block raises."""
+        r = Round(self, origin)
         try:
-            # Runs last: readers treat a run as collated once it is in `runs`.
-            for name in sorted(arrow, key=lambda n: n == "runs"):
-                d = self.path / name
-                d.mkdir(parents=True, exist_ok=True)
-                with atomic_path(d / f"{part}.parquet") as tmp:  # removed again if writing fails
-                    pq.write_table(arrow[name], tmp)
-                written.append(d / f"{part}.parquet")
+            yield r
         except BaseException:
-            for p in written:
-                p.unlink(missing_ok=True)
+            r.abort()
             raise
-        return part
+        r.commit()
 
     def _new_part_name(self, tables) -> str:
         """A part name no table uses yet: time-ordered, with a random suffix against equal stamps."""
@@ -157,3 +146,94 @@ class Dataset:
             with open(self.path / "quarantine.jsonl", "a") as fh:
                 fh.writelines(s + "\n" for s in new)
         return len(new)
+
+
+class Round:
+    """One round of a dataset being written: each table's rows go to a hidden temporary Parquet
+    file as they come (:meth:`add`), so a round never has to be held in memory whole. On
+    :meth:`commit` the round is checked as a whole (every table's run ids are in its runs table)
+    and the files are renamed to the round's parts, ``runs`` last (readers take a run as collated
+    once it is in ``runs``). :meth:`abort`, or any error, removes them: nothing of the round is seen.
+    """
+
+    def __init__(self, ds: Dataset, origin: str = ""):
+        self.ds, self.origin = ds, origin
+        self.part: str | None = None            # the round's part name, once committed
+        self._name = ds._new_part_name(TABLES)
+        self._have = ds.run_ids()
+        self._new_runs: set[str] = set()
+        self._referenced: dict[str, set[str]] = {}  # run ids each other table has rows for
+        self._writers: dict[str, pq.ParquetWriter] = {}
+        self._made: list[Path] = []              # directories this round created
+
+    def _path(self, name: str) -> Path:
+        return self.ds.path / name / f"{self._name}.parquet"
+
+    def add(self, tables: dict[str, pd.DataFrame]) -> None:
+        """Validate ``tables`` (the schema; run ids neither in the dataset nor earlier in this
+        round), then write them. Nothing of ``tables`` is written unless all are valid."""
+        unknown = set(tables) - set(TABLES)
+        if unknown:
+            raise SchemaError(f"unknown tables {sorted(unknown)}")
+        arrow = {name: conform(TABLES[name], df, self.origin) for name, df in tables.items()}
+        if "runs" in arrow:
+            ids = arrow["runs"]["run_id"].to_pylist()
+            clash = sorted(set(ids) & self._have)
+            if clash:
+                raise DuplicateRunError(f"runs already collated: {clash[:5]}{' ...' if len(clash) > 5 else ''}")
+            again = sorted(set(ids) & self._new_runs)
+            if again:
+                raise SchemaError(f"runs: duplicate key ['run_id'] = {again[:5]} (an earlier piece of this round)")
+            self._new_runs.update(ids)
+        for name, tab in arrow.items():
+            if name != "runs":
+                self._referenced.setdefault(name, set()).update(tab["run_id"].to_pylist())
+            self._writer(name).write_table(tab)
+
+    def _writer(self, name: str) -> pq.ParquetWriter:
+        if name not in self._writers:
+            d = self.ds.path / name
+            for parent in reversed([d, *d.parents]):
+                if not parent.exists():
+                    parent.mkdir()
+                    self._made.append(parent)
+            self._writers[name] = pq.ParquetWriter(temp_path(self._path(name)), TABLES[name].arrow_schema)
+        return self._writers[name]
+
+    def commit(self) -> None:
+        """Check the round as a whole and make it visible (``part`` is then its part name); a
+        round without new runs writes nothing."""
+        for name, ids in self._referenced.items():
+            orphans = ids - self._new_runs
+            if orphans:
+                self.abort()
+                raise SchemaError(f"{name}: rows for run_ids not in this round's runs table: {sorted(orphans)[:5]}")
+        if not self._new_runs:
+            self.abort()
+            return
+        renamed = []
+        try:
+            for writer in self._writers.values():
+                writer.close()
+            for name in sorted(self._writers, key=lambda n: n == "runs"):
+                os.replace(temp_path(self._path(name)), self._path(name))
+                renamed.append(self._path(name))
+        except BaseException:
+            for path in renamed:
+                path.unlink(missing_ok=True)
+            self.abort()
+            raise
+        self.part = self._name
+
+    def abort(self) -> None:
+        """Remove whatever the round wrote (its temporary files, and directories it created)."""
+        for name, writer in self._writers.items():
+            try:
+                writer.close()
+            except Exception:  # a writer that failed mid-write: its file goes anyway
+                pass
+            temp_path(self._path(name)).unlink(missing_ok=True)
+        self._writers = {}
+        for d in reversed(self._made):
+            if d.is_dir() and not any(d.iterdir()):
+                d.rmdir()
