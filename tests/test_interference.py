@@ -496,3 +496,19 @@ def test_a_real_experiments_slowdowns_are_written_and_read_through_the_same_resu
     assert f"  coll           random-nodes           1.200 {coll.slowdown_comm:7.3f}   1.732\n" in out.out
     assert "note: random-nodes repetition 1 noise: no slowdown" in out.err
     assert InterferenceResult.read(tmp_path / "cli").slowdowns == result.slowdowns
+
+
+def test_a_victim_that_ran_within_one_second_met_the_aggressor_that_second():
+    """sacct shows a victim of 0.1 s from 02:47:49 to 02:47:49 (as in a run of the Slurm
+    experiment): the aggressor's iterations that started in that second met it, the next did not."""
+    from hpcvar.analyses.interference import _latency_rows, victim_window
+
+    t = pd.Timestamp("2026-12-01 02:47:49", tz="UTC")
+    assert victim_window(pd.Series({"start": t, "end": t})) == (t.timestamp(), t.timestamp() + 1)
+    # Times that are not sacct's (a manifest's, to the microsecond) are taken as they are.
+    end = t + pd.Timedelta(seconds=0.25)
+    assert victim_window(pd.Series({"start": t, "end": end})) == (t.timestamp(), end.timestamp())
+    lat = pd.DataFrame({"run_id": "noise", "value_us": 1.0,
+                        "start_epoch_s": t.timestamp() + np.array([-0.5, 0.0, 0.4, 0.999, 1.0, 1.5])})
+    rows = _latency_rows(lat, "noise", victim_window(pd.Series({"start": t, "end": t})))
+    assert (rows["start_epoch_s"] - t.timestamp()).tolist() == pytest.approx([0.0, 0.4, 0.999])

@@ -220,8 +220,11 @@ def test_a_real_experiment_runs_alone_and_mixed_and_keeps_its_books(toy_run):
                                                                       runs.loc[by["alone", "collectives"], "total_time_s"])
     samples = pd.read_parquet(out / "samples.parquet")
     mixed_aggr = lat[lat["run_id"] == by["mixed", "noise"]]
+    # sacct's whole seconds: the victim ran between its start and the end of its end's second (a
+    # victim of under a second often has start = end).
+    assert v["end"] == v["end"].floor("s")
     inside = mixed_aggr[(mixed_aggr["start_epoch_s"] >= v["start"].timestamp())
-                        & (mixed_aggr["start_epoch_s"] <= v["end"].timestamp())]
+                        & (mixed_aggr["start_epoch_s"] < v["end"].timestamp() + 1)]
     got = samples[(samples["job"] == "noise") & (samples["workload"] == "mixed")]
     assert 0 < len(got) == len(inside) < len(mixed_aggr)  # only the iterations that met the victim
     assert all(np.isfinite(jobs.loc[j, s]) and jobs.loc[j, s] > 0 for j in ("collectives", "noise")

@@ -13,7 +13,9 @@ Per policy, repetition and job, the job's run in the mixed workload against its 
 * **latency**: per (operation, message size) the median of every timed operation, mixed over
   alone, combined as a geometric mean over the cells (microbenchmark victims); an aggressor's
   communication phases. An aggressor's mixed iterations are those that started while the victim
-  ran, so its slowdown is what it suffered *from* the victim.
+  ran, so its slowdown is what it suffered *from* the victim. The victim's job times are sacct's,
+  in whole seconds: a victim that ran within one second has start = end, so its window reaches
+  to the end of its last second (:func:`victim_window`).
 
 Outputs in the same shape as the simulated experiment's (``routing`` is ``site``: the machine's
 own): ``jobs.csv`` (one row per policy, repetition and job), ``samples.csv``/``.parquet`` (every
@@ -40,10 +42,19 @@ SLOWDOWNS = ("slowdown_total", "slowdown_comm", "slowdown_latency")
 ROUTING = "site"
 
 
+def victim_window(run: pd.Series) -> tuple[float, float]:
+    """When the victim's run ran, ``[start, end)`` in epoch seconds. sacct records whole seconds,
+    cut down: a job it shows from 12:00:05 to 12:00:05 ran within that second, so an end in whole
+    seconds is taken to the end of its second."""
+    start, end = pd.Timestamp(run["start"]), pd.Timestamp(run["end"])
+    whole = end == end.floor("s")
+    return start.timestamp(), end.timestamp() + (1.0 if whole else 0.0)
+
+
 def _latency_rows(lat: pd.DataFrame, run_id: str, window: tuple[float, float] | None = None) -> pd.DataFrame:
     rows = lat[lat["run_id"] == run_id]
     if window is not None and rows["start_epoch_s"].notna().any():
-        rows = rows[(rows["start_epoch_s"] >= window[0]) & (rows["start_epoch_s"] <= window[1])]
+        rows = rows[(rows["start_epoch_s"] >= window[0]) & (rows["start_epoch_s"] < window[1])]
     return rows
 
 
@@ -91,8 +102,7 @@ def analyse(experiment_dir: str | Path, out_dir: str | Path | None = None) -> In
         victim_mixed = reps[(reps["role"] == "victim") & (reps["workload"] == "mixed")]["run_id"]
         window = None
         if len(victim_mixed) and victim_mixed.iloc[0] in runs.index:
-            v = runs.loc[victim_mixed.iloc[0]]
-            window = (v["start"].timestamp(), v["end"].timestamp())
+            window = victim_window(runs.loc[victim_mixed.iloc[0]])
         for job, g in reps.groupby("job", sort=False):
             first = g.iloc[0]
             row = {"policy": policy, "routing": ROUTING, "repetition": int(rep),
