@@ -399,20 +399,20 @@ def test_the_same_dataset_from_one_process_or_two(small_raw, tmp_path):
                                       Dataset(tmp_path / "dataset-2").read(table))
 
 
-def test_a_round_written_in_batches_is_the_round_written_at_once(small_raw, tmp_path, monkeypatch):
+def test_a_round_written_in_batches_is_the_round_written_at_once(campaign, tmp_path, monkeypatch):
     """Collation writes each batch of runs' tables as it goes: batches of 3 runs make the dataset
-    one batch makes, row for row, in one part per table."""
+    one batch makes (the session's collation of the same raw files), row for row, in one part per
+    table."""
     import hpcvar.collate as collate_mod
 
-    at_once = collate(small_raw, tmp_path / "at-once", Pseudonymiser(SALT), workers=1)
+    c = campaign("demo", 3, 2)
     monkeypatch.setattr(collate_mod, "BATCH_RUNS", 3)
-    batched = collate(small_raw, tmp_path / "batched", Pseudonymiser(SALT), workers=1)
-    assert len(batched.new_runs) > 3 * 3 and batched.as_dict() == at_once.as_dict()
+    batched = collate(c.raw, tmp_path / "batched", Pseudonymiser(SALT), workers=1)
+    assert len(batched.new_runs) > 3 * 3 and batched.as_dict() == c.collated.as_dict()
     for table in TABLES:
         parts = Dataset(tmp_path / "batched").parts(table)
-        assert len(parts) == len(Dataset(tmp_path / "at-once").parts(table)) <= 1, table
-        pd.testing.assert_frame_equal(Dataset(tmp_path / "at-once").read(table),
-                                      Dataset(tmp_path / "batched").read(table))
+        assert len(parts) == len(Dataset(c.dataset).parts(table)) <= 1, table
+        pd.testing.assert_frame_equal(Dataset(c.dataset).read(table), Dataset(tmp_path / "batched").read(table))
     assert pq.ParquetFile(Dataset(tmp_path / "batched").parts("steps")[0]).num_row_groups > 3
 
 
