@@ -314,25 +314,40 @@ class Stack:
         self.scale = torch.stack([members[i].scale for i in index])
         mine = [jobs[i] for i in index]
         xs = [torch.as_tensor(j.x, dtype=torch.float32) for j in mine]
-        self.x = torch.cat(xs)
+        # What the forward takes of the windows, computed once: they do not change in training.
+        self.z, self.persistence = self.inputs(torch.cat(xs), torch.cat(
+            [torch.full((len(x),), r, dtype=torch.long) for r, x in enumerate(xs)]))
         self.y = torch.cat([torch.as_tensor(j.y[:, None] if j.y.ndim == 1 else j.y, dtype=torch.float32)
                             for j in mine])
         self.first = torch.as_tensor(np.cumsum([0] + [len(x) for x in xs[:-1]]))
         self.has_validation = torch.tensor([j.has_validation for j in mine])
-        # The validation windows, networks with as many stacked: (networks, x (G', V, m, F), y (G', V)).
-        self.validation = [(torch.tensor(which), torch.stack([torch.as_tensor(mine[g].x_val, dtype=torch.float32)
-                                                              for g in which]),
-                            torch.stack([torch.as_tensor(mine[g].y_val, dtype=torch.float32).reshape(n, -1)[:, -1]
-                                         for g in which]))
-                           for n, which in _by_length([j.x_val if j.has_validation else None for j in mine]).items()]
+        # The validation windows, networks with as many stacked: (networks, inputs of x (G', V, m, F), y (G', V)).
+        self.validation = []
+        for n, which in _by_length([j.x_val if j.has_validation else None for j in mine]).items():
+            which = torch.tensor(which)
+            x = torch.stack([torch.as_tensor(mine[g].x_val, dtype=torch.float32) for g in which.tolist()])
+            y = torch.stack([torch.as_tensor(mine[g].y_val, dtype=torch.float32).reshape(n, -1)[:, -1]
+                             for g in which.tolist()])
+            self.validation.append((which, *self.inputs(x, which[:, None]), y))
+
+    def inputs(self, x: torch.Tensor, which: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The forward's inputs from windows x (..., m, F) of the networks ``which`` (their places
+        in the stack, broadcast against x's leading dimensions): the normalised log-ratios
+        (:meth:`AttentionForecaster.forward_all`'s first step) and persistence's log-ratio."""
+        return ((log_ratio(x) - self.center[which][..., None, :]) / self.scale[which][..., None, :],
+                persistence_log_ratio(x))
 
     def forward_all(self, weights: torch.Tensor, x: torch.Tensor, which: torch.Tensor) -> torch.Tensor:
         """:meth:`AttentionForecaster.forward_all` of the networks ``which`` (their places in the
         stack) on their own windows x (G', B, m, F) -> (G', B, outputs), weights from Together's."""
+        return self.forward_inputs(weights, *self.inputs(x, which[:, None]), which)
+
+    def forward_inputs(self, weights: torch.Tensor, z: torch.Tensor, persistence: torch.Tensor,
+                       which: torch.Tensor) -> torch.Tensor:
+        """:meth:`forward_all` from the windows' :meth:`inputs` z (G', B, m, F) and persistence (G', B)."""
         w = self.layout.views(weights[self.start + which])
-        g, b, m, f = x.shape
+        g, b, m, f = z.shape
         heads, hidden = self.heads, self.hidden
-        z = (log_ratio(x) - self.center[which, None, None]) / self.scale[which, None, None]
         h = _linear(F.gelu(_linear(z.reshape(g, b * m, f), w, "embed.0")), w, "embed.2")
         h = h.view(g, b, m, hidden) + w["position"][:, None]
         last = h[:, :, -1]
@@ -342,7 +357,7 @@ class Stack:
         context = F.scaled_dot_product_attention(q, k, v).reshape(g, b, hidden)
         pooled = [h.mean(dim=2), h.amax(dim=2)]
         head = _linear(F.gelu(_linear(torch.cat([context, last, *pooled], dim=-1), w, "head.0")), w, "head.2")
-        return persistence_log_ratio(x)[..., None] + head
+        return persistence[..., None] + head
 
     def training_loss(self, weights: torch.Tensor, batches: list) -> tuple[torch.Tensor, torch.Tensor] | None:
         """The sum of each network's L1 loss on its batch (None: no batch in this step), and which
@@ -356,7 +371,8 @@ class Stack:
             rows = self.first[which][:, None] + torch.as_tensor(np.array([batches[g] for g in which]))
             which = torch.tensor(which)
             # F.l1_loss's mean, over each network's rows x horizons
-            total.append((self.forward_all(weights, self.x[rows], which) - self.y[rows]).abs().mean(dim=(1, 2)).sum())
+            total.append((self.forward_inputs(weights, self.z[rows], self.persistence[rows], which)
+                          - self.y[rows]).abs().mean(dim=(1, 2)).sum())
         active = torch.zeros(len(batches), dtype=torch.bool)
         active[[g for which in groups.values() for g in which]] = True
         return torch.stack(total).sum(), active
@@ -365,10 +381,11 @@ class Stack:
         """(G,): the ``watched`` networks' L1 forecast loss on their whole validation sets (NaN for
         the others and those without one)."""
         loss = torch.full((len(self.index),), torch.nan)
-        for which, x, y in self.validation:
+        for which, z, persistence, y in self.validation:
             keep = watched[which]
             if keep.any():
-                loss[which[keep]] = (self.forward_all(weights, x[keep], which[keep])[..., -1] - y[keep]).abs().mean(dim=1)
+                forecast = self.forward_inputs(weights, z[keep], persistence[keep], which[keep])[..., -1]
+                loss[which[keep]] = (forecast - y[keep]).abs().mean(dim=1)
         return loss
 
 
