@@ -283,11 +283,18 @@ class DragonflyNetwork:
         return [(_KIND_NAMES[int(self.kind[c])], self.router_names[self.channel_src[c]],
                  self.router_names[self.channel_dst[c]]) for c in path if c >= 0]
 
-    def phi(self, rho: np.ndarray) -> np.ndarray:
-        """1 + queue: queue = rho/(1-rho) packets (M/M/1), capped at the buffer depth."""
+    def phi(self, rho: np.ndarray, out: np.ndarray | None = None, work: np.ndarray | None = None) -> np.ndarray:
+        """1 + queue: queue = rho/(1-rho) packets (M/M/1), capped at the buffer depth. With ``out``
+        and ``work`` (arrays of rho's shape; ``out`` may be rho itself) the same arithmetic in
+        place, into ``out``."""
         cap = self.system.queue_cap
-        r = np.minimum(rho, cap / (1.0 + cap))
-        return 1.0 + r / (1.0 - r)
+        if out is None:
+            r = np.minimum(rho, cap / (1.0 + cap))
+            return 1.0 + r / (1.0 - r)
+        r = np.minimum(rho, cap / (1.0 + cap), out=out)
+        np.subtract(1.0, r, out=work)
+        np.divide(r, work, out=out)
+        return np.add(1.0, out, out=out)
 
     def describe(self) -> dict:
         s = self.system
@@ -413,10 +420,15 @@ class JobTraffic:
         head0, wait_unit, inv_bw, w = (self.head0[:, :alts], self.wait_unit[:, :alts], self.inv_bw[:, :alts],
                                        weights[:, :alts])
 
+        # Two work arrays of bg's shape for every evaluation: at 32 samples of 512 messages
+        # (the interference experiment's), fresh temporaries cost more than the arithmetic.
+        phi, work = np.empty(bg.shape), np.empty(bg.shape)
+
         def latency(L):
-            phi = net.phi(bg + own[None] / L[:, :, None, None])
-            lat = (head0[None] + ((phi - 1.0) * wait_unit[None]).sum(-1)
-                   + self.body[None, :, None] * (phi * inv_bw[None]).max(-1))
+            np.divide(own[None], L[:, :, None, None], out=phi)
+            net.phi(np.add(bg, phi, out=phi), out=phi, work=work)
+            queued = np.multiply(np.subtract(phi, 1.0, out=work), wait_unit[None], out=work).sum(-1)
+            lat = head0[None] + queued + self.body[None, :, None] * np.multiply(phi, inv_bw[None], out=work).max(-1)
             return (lat * w[None]).sum(-1)                                                   # (S, M)
 
         lo = latency(np.full((background.shape[0], len(self.bytes)), np.inf))
