@@ -396,8 +396,8 @@ def test_writer_defaults_and_refusals(tmp_path: Path) -> None:
     sacct.write(path, [{"job_id": "9", "user": "a:"}, {"job_id": "10", "user": ":b"}], delimiter="::")
     assert path.read_text() == "JobID::User\n9::a:\n10:::b\n"
     with pytest.raises(ValueError, match="User value '::' contains '::'"):
-        sacct.write(path, [{"job_id": "9", "user": "a:"}, {"job_id": "10", "user": ":b"}, {"job_id": "11", "user": "::"}],
-                    delimiter="::")
+        sacct.write(path, [{"job_id": "9", "user": "a:"}, {"job_id": "10", "user": ":b"},
+                           {"job_id": "11", "user": "::"}], delimiter="::")
     with pytest.raises(ValueError, match="ReqMem"):
         sacct.write(path, [{"job_id": "9"}], fields=["JobID", "ReqMem"])
 
