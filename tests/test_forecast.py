@@ -223,7 +223,8 @@ def test_the_stacked_forward_is_each_networks_own():
         losses = together.validation_losses()
         for g, (job, member) in enumerate(zip(jobs, members)):
             x = torch.as_tensor(job.x, dtype=torch.float32)
-            mine = stack.forward_all(together.weights, x[None], torch.tensor([g]))[0]
+            inputs = stack.inputs(x[None], torch.tensor([[g]]))
+            mine = stack.forward_all(together.weights, *inputs, torch.tensor([g]))[0]
             torch.testing.assert_close(mine, member.forward_all(x), rtol=1e-5, atol=1e-6)
             own = attention.forecast_loss(member, torch.as_tensor(job.x_val, dtype=torch.float32),
                                           torch.as_tensor(job.y_val, dtype=torch.float32))

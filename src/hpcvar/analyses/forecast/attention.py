@@ -337,14 +337,11 @@ class Stack:
         return ((log_ratio(x) - self.center[which][..., None, :]) / self.scale[which][..., None, :],
                 persistence_log_ratio(x))
 
-    def forward_all(self, weights: torch.Tensor, x: torch.Tensor, which: torch.Tensor) -> torch.Tensor:
+    def forward_all(self, weights: torch.Tensor, z: torch.Tensor, persistence: torch.Tensor,
+                    which: torch.Tensor) -> torch.Tensor:
         """:meth:`AttentionForecaster.forward_all` of the networks ``which`` (their places in the
-        stack) on their own windows x (G', B, m, F) -> (G', B, outputs), weights from Together's."""
-        return self.forward_inputs(weights, *self.inputs(x, which[:, None]), which)
-
-    def forward_inputs(self, weights: torch.Tensor, z: torch.Tensor, persistence: torch.Tensor,
-                       which: torch.Tensor) -> torch.Tensor:
-        """:meth:`forward_all` from the windows' :meth:`inputs` z (G', B, m, F) and persistence (G', B)."""
+        stack) on their own windows, given as their :meth:`inputs` z (G', B, m, F) and persistence
+        (G', B) -> (G', B, outputs), weights from Together's."""
         w = self.layout.views(weights[self.start + which])
         g, b, m, f = z.shape
         heads, hidden = self.heads, self.hidden
@@ -371,7 +368,7 @@ class Stack:
             rows = self.first[which][:, None] + torch.as_tensor(np.array([batches[g] for g in which]))
             which = torch.tensor(which)
             # F.l1_loss's mean, over each network's rows x horizons
-            total.append((self.forward_inputs(weights, self.z[rows], self.persistence[rows], which)
+            total.append((self.forward_all(weights, self.z[rows], self.persistence[rows], which)
                           - self.y[rows]).abs().mean(dim=(1, 2)).sum())
         active = torch.zeros(len(batches), dtype=torch.bool)
         active[[g for which in groups.values() for g in which]] = True
@@ -384,7 +381,7 @@ class Stack:
         for which, z, persistence, y in self.validation:
             keep = watched[which]
             if keep.any():
-                forecast = self.forward_inputs(weights, z[keep], persistence[keep], which[keep])[..., -1]
+                forecast = self.forward_all(weights, z[keep], persistence[keep], which[keep])[..., -1]
                 loss[which[keep]] = (forecast - y[keep]).abs().mean(dim=1)
         return loss
 
