@@ -8,12 +8,16 @@ then times, each in a fresh process so that peak RSS belongs to that phase alone
   (b) ``ldms.iter_chunks`` consumed fully,
   (c) ``ldms.iter_deltas`` consumed fully,
 
-and prints rows/s, MB/s, the ratio to (a) and the peak RSS of each phase.
+and prints rows/s, MB/s, the ratio to (a) and the peak RSS of each phase. The phases take turns,
+``--repeat`` rounds of the three (default 5), and the medians are printed: a phase run once, or
+always first, is at the mercy of the page cache and the machine's other work (one read_csv here
+took 0.6 s or 1.8 s in turn).
 
     python benchmarks/bench_ldms.py                 # ~2e6 rows
     python benchmarks/bench_ldms.py --rows 200000   # quick check
     python benchmarks/bench_ldms.py --gb 3          # multi-GB file
     python benchmarks/bench_ldms.py --path store.csv  # reuse (or create) this file
+    python benchmarks/bench_ldms.py --repeat 9      # more rounds
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -90,6 +95,7 @@ def main() -> None:
     parser.add_argument("--path", type=Path, help="store file to reuse (generated there if missing)")
     parser.add_argument("--producers", type=int, default=512)
     parser.add_argument("--chunk-rows", type=int, default=ldms.CHUNK_ROWS)
+    parser.add_argument("--repeat", type=int, default=5, help="rounds of the three phases, taking turns (default 5)")
     parser.add_argument("--phase", choices=["arrow", "chunks", "deltas"], help=argparse.SUPPRESS)
     args = parser.parse_args()
 
@@ -103,22 +109,29 @@ def main() -> None:
             rows = generate(path, args.rows, args.gb, args.producers)
             print(f"generated {rows} rows, {path.stat().st_size / 1e6:.1f} MB in "
                   f"{time.perf_counter() - start:.1f} s: {path}")
-        report(path, args.chunk_rows)
+        report(path, args.chunk_rows, args.repeat)
 
 
-def report(path: Path, chunk_rows: int) -> None:
+def report(path: Path, chunk_rows: int, repeat: int) -> None:
     size_mb = path.stat().st_size / 1e6
-    results = []
-    for phase in ("arrow", "chunks", "deltas"):
-        out = subprocess.run([sys.executable, __file__, "--phase", phase, "--path", str(path),
-                              "--chunk-rows", str(chunk_rows)], check=True, capture_output=True, text=True)
-        results.append(json.loads(out.stdout))
-    reference = results[0]["seconds"]
-    print(f"file {size_mb:.1f} MB, {results[0]['rows']} rows, chunk_rows={chunk_rows}")
-    print(f"{'phase':<8}{'seconds':>9}{'rows/s':>13}{'MB/s':>9}{'vs (a)':>8}{'peak RSS MB':>13}")
-    for r in results:
-        print(f"{r['phase']:<8}{r['seconds']:>9.2f}{r['rows'] / r['seconds']:>13,.0f}"
-              f"{size_mb / r['seconds']:>9.1f}{reference / r['seconds']:>8.2f}{r['peak_rss_mb']:>13.0f}")
+    phases = ("arrow", "chunks", "deltas")
+    runs: dict[str, list[dict]] = {phase: [] for phase in phases}
+    for _ in range(repeat):
+        for phase in phases:
+            out = subprocess.run([sys.executable, __file__, "--phase", phase, "--path", str(path),
+                                  "--chunk-rows", str(chunk_rows)], check=True, capture_output=True, text=True)
+            runs[phase].append(json.loads(out.stdout))
+    seconds = {phase: statistics.median(r["seconds"] for r in runs[phase]) for phase in phases}
+    rows = runs["arrow"][0]["rows"]
+    print(f"file {size_mb:.1f} MB, {rows} rows, chunk_rows={chunk_rows}; "
+          f"medians of {repeat} rounds, phases taking turns")
+    print(f"{'phase':<8}{'seconds':>9}{'min-max':>13}{'rows/s':>13}{'MB/s':>9}{'vs (a)':>8}{'peak RSS MB':>13}")
+    for phase in phases:
+        times = [r["seconds"] for r in runs[phase]]
+        peak = max(r["peak_rss_mb"] for r in runs[phase])
+        print(f"{phase:<8}{seconds[phase]:>9.2f}{f'{min(times):.2f}-{max(times):.2f}':>13}"
+              f"{rows / seconds[phase]:>13,.0f}{size_mb / seconds[phase]:>9.1f}"
+              f"{seconds['arrow'] / seconds[phase]:>8.2f}{peak:>13.0f}")
 
 
 if __name__ == "__main__":
