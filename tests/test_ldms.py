@@ -484,6 +484,18 @@ def test_slice_window_names_a_bad_time_with_its_line(tmp_path: Path):
     assert err.value.line == 4 and err.value.path == str(bad)
 
 
+def test_rows_by_producer_are_numpys_stable_sort_at_any_number_of_producers():
+    """Producer numbers below 2**16 are sorted as 16-bit integers (a radix sort), wider ones as
+    they are: the order is numpy's stable argsort of the numbers either way."""
+    from hpcvar.parsers.ldms.deltas import _by_producer
+
+    rng = np.random.default_rng(3)
+    for high in (5, 2**16, 2**20):
+        pid = rng.integers(0, high, 20_000)
+        assert np.array_equal(_by_producer(pid), np.argsort(pid, kind="stable")), high
+    assert _by_producer(np.empty(0, dtype=np.int64)).size == 0
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 4), st.sampled_from([0.0, 1.0, 1.0, 2.0, 3.5, float("nan")])), max_size=40),
        st.booleans())

@@ -69,13 +69,25 @@ class _Rows:
                      [np.concatenate([x, y]) for x, y in zip(a.values, b.values)])
 
 
+def _by_producer(pid: np.ndarray) -> np.ndarray:
+    """The rows' order by producer, ties in arrival order (``np.argsort(pid, kind="stable")``).
+    Producer numbers below 2**16 are sorted as 16-bit integers, for which NumPy's stable sort is
+    a radix sort: a third of the time of the 64-bit sort, the same order."""
+    narrow = pid.astype(np.uint16) if pid.size and 0 <= pid.min() and pid.max() < 2**16 else pid
+    return np.argsort(narrow, kind="stable")
+
+
+def _in_time_order(pid: np.ndarray, time: np.ndarray) -> bool:
+    """Whether rows sorted by producer have each producer's times nondecreasing."""
+    return bool(np.all((pid[1:] != pid[:-1]) | (time[1:] >= time[:-1])))
+
+
 def _order(pid: np.ndarray, time: np.ndarray) -> np.ndarray:
     """The rows' order by (producer, time), ties in arrival order: ``np.lexsort((time, pid))``.
     A store's rows usually come in time order, and then a stable sort by producer alone gives
     that order (in a fraction of lexsort's time); otherwise lexsort does."""
-    order = np.argsort(pid, kind="stable")
-    p, t = pid[order], time[order]
-    if np.all((p[1:] != p[:-1]) | (t[1:] >= t[:-1])):
+    order = _by_producer(pid)
+    if _in_time_order(pid[order], time[order]):
         return order
     return np.lexsort((time, pid))
 
@@ -129,6 +141,7 @@ class _DeltaEngine:
         self.bits, self.window, self.fraction, self.stats = bits, window, fraction, stats
         self.files: list[Path] = []
         self.names: list[str] = []
+        self.name_array = pa.array([], type=pa.large_string())  # self.names, for the output's producer column
         self.ids: dict[str, int] = {}
         self.newest = np.empty(0)
         self.last_time = np.empty(0)
@@ -147,6 +160,7 @@ class _DeltaEngine:
         grow = len(self.ids) - len(self.names)
         if grow:
             self.names = list(self.ids)
+            self.name_array = pa.array(self.names, type=pa.large_string())
             self.newest = np.concatenate([self.newest, np.full(grow, -np.inf)])
             self.last_time = np.concatenate([self.last_time, np.zeros(grow)])
             self.has_last = np.concatenate([self.has_last, np.zeros(grow, dtype=bool)])
@@ -182,7 +196,11 @@ class _DeltaEngine:
 
     def _check_order(self, rows: _Rows) -> None:
         """A row later than the window behind its producer's newest sample cannot be placed."""
-        running = pd.Series(rows.time).groupby(rows.pid).cummax().to_numpy()
+        order = _by_producer(rows.pid)
+        if _in_time_order(rows.pid[order], rows.time[order]):
+            running = rows.time  # each producer's newest so far is the row itself
+        else:
+            running = pd.Series(rows.time).groupby(rows.pid).cummax().to_numpy()
         newest = np.maximum(running, self.newest[rows.pid])
         late = np.flatnonzero(newest - rows.time > self.window)
         if late.size:
@@ -227,7 +245,7 @@ class _DeltaEngine:
         t_prev[first] = self.last_time[pid[first]]
         has_prev = ~first | self.has_last[pid]
         out = {"time": rows.time[has_prev], "t_prev": t_prev[has_prev],
-               "producer": pd.array(np.array(self.names, dtype=object)[pid[has_prev]], dtype="str"),
+               "producer": pd.array(self.name_array.take(pid[has_prev]), dtype="str"),
                "component_id": rows.component_id[has_prev], "job_id": rows.job_id[has_prev]}
         resets = []
         for name, value, last_value in zip(self.metrics, rows.values, self.last_values):
