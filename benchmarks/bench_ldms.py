@@ -98,6 +98,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5, help="rounds of the three phases, taking turns (default 5)")
     parser.add_argument("--phase", choices=["arrow", "chunks", "deltas"], help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.repeat < 1:
+        parser.error(f"--repeat must be at least 1, got {args.repeat}")
 
     if args.phase:
         print(json.dumps(run_phase(args.phase, args.path, args.chunk_rows)))
