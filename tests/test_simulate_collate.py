@@ -83,6 +83,35 @@ def test_same_seed_same_campaign(tmp_path):
     assert tree_hashes(tmp_path / "a") != tree_hashes(tmp_path / "c")
 
 
+def test_files_written_by_worker_processes_are_the_files_one_process_writes(tmp_path):
+    """``workers`` processes write our runs' files and the microbenchmark's: the same files, byte
+    for byte (mpiP reports, sacct and the manifests' checksums among them), and the same truth."""
+    one = simulate("demo", seed=7, out=tmp_path / "one", overrides={"days": 1}, progress=False)
+    two = simulate("demo", seed=7, out=tmp_path / "two", overrides={"days": 1}, progress=False, workers=2)
+    hashes = tree_hashes(tmp_path / "one")
+    assert one == two and hashes == tree_hashes(tmp_path / "two")
+    names = [Path(name).name for name in hashes]
+    assert any(n.endswith(".mpiP") for n in names) and "hpcvar-collectives.csv" in names
+    run_dirs = {Path(name).parts[1] for name in hashes if name.startswith("runs/")}
+    assert names.count("manifest.json") == len(run_dirs) > len(one["microbenchmarks"]["runs"])
+
+
+def _no_space_left(path, **report):
+    raise OSError(28, "No space left on device", str(path))
+
+
+def test_a_write_that_fails_in_a_worker_process_fails_the_simulation(tmp_path, monkeypatch):
+    """A run's files that a worker process could not write stop the campaign with that error, and
+    no truth file says the campaign is complete."""
+    from hpcvar.parsers import mpip
+
+    monkeypatch.setattr(mpip, "write", _no_space_left)
+    with pytest.raises(OSError, match="No space left on device") as err:
+        simulate("demo", seed=7, out=tmp_path / "raw", overrides={"days": 1}, progress=False, workers=2)
+    assert err.value.filename.endswith(".mpiP")
+    assert not (tmp_path / "raw" / "truth.json").exists()
+
+
 def test_a_campaign_of_the_microbenchmark_alone_simulates_and_collates(tmp_path):
     """A preset without application datasets (``datasets=()``): the collectives microbenchmark's
     runs alone, with empty per-run truth, collated into their one dataset."""

@@ -20,10 +20,11 @@ def _kv(items: list[str]) -> dict:
 
 def cmd_simulate(a) -> int:
     from hpcvar.simulate import RefusedOutput, simulate
+    from hpcvar.util.cores import usable_cores
 
     try:
         overrides = {k: yaml_value(v) for k, v in _kv(a.set).items()}  # YAML, as every --set
-        truth = simulate(a.preset, seed=a.seed, out=a.out, overrides=overrides)
+        truth = simulate(a.preset, seed=a.seed, out=a.out, overrides=overrides, workers=a.workers or usable_cores())
     except RefusedOutput as exc:
         print(f"hpcvar simulate: {exc}", file=sys.stderr)
         return 2
@@ -533,6 +534,9 @@ def _commands(command: str | None = None) -> argparse.ArgumentParser:
     s.add_argument("--out", required=True, help="raw campaign directory to (re)create")
     s.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="override a preset field, e.g. --set days=30 (repeatable)")
+    s.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="processes writing the runs' files (default: one per usable core; the files are the "
+                        "same at any count)")
     s.set_defaults(func=cmd_simulate)
 
     s = sub.add_parser("collate", help="parse a raw campaign directory into the tidy Parquet dataset",

@@ -26,6 +26,7 @@ checkpoint collate:
         f"{RESULTS}/benchmarks/collate.tsv",
     # The runs' files are read by one process per thread (`--workers`).
     threads: lambda wildcards: local_cores()
+    priority: 1
     conda:
         "../envs/hpcvar.yaml"
     shell:

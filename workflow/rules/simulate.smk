@@ -16,8 +16,13 @@ if config["source"] == "simulate":
             f"{RESULTS}/logs/simulate.log",
         benchmark:
             f"{RESULTS}/benchmarks/simulate.tsv",
+        # The runs' files are written by one process per thread (`--workers`); simulation and
+        # collation go first (`priority`), before the interference experiment, which only the
+        # report reads and which then runs beside the analyses.
+        threads: lambda wildcards: local_cores()
+        priority: 1
         conda:
             "../envs/hpcvar.yaml"
         shell:
             "{params.hpcvar} simulate --preset {params.preset} --seed {params.seed} {params.overrides}"
-            " --out {params.raw} > {log} 2>&1"
+            " --out {params.raw} --workers {threads} > {log} 2>&1"

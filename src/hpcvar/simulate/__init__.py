@@ -24,12 +24,18 @@
 Everything downstream reads these files back through :mod:`hpcvar.parsers`. This module runs the
 campaign; the schedule comes from :mod:`~hpcvar.simulate.schedule`, each run's behaviour from
 :mod:`~hpcvar.simulate.model`, its files from :mod:`~hpcvar.simulate.writers`, and the truth
-files from :mod:`~hpcvar.simulate.truth`.
+files from :mod:`~hpcvar.simulate.truth`. With ``workers`` above 1 our runs' files are written by
+that many forked processes while the campaign goes on (:class:`_RunWrites`): every random draw
+is made before a run's files are handed over, so they are the same at any count.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import shutil
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +44,7 @@ import pandas as pd
 from hpcvar.data.rawlayout import (COUNTERS, PERFLOGS_DIR, RUNS_DIR, SACCT, STDOUT, SYSTEM_FILE, TOPOLOGY, read_system,
                                    write_manifest, write_system)
 from hpcvar.parsers import counters as counter_files
+from hpcvar.parsers import mpip as mpip_files
 from hpcvar.simulate import model, writers
 from hpcvar.simulate.microbench import MicrobenchmarkRuns
 from hpcvar.simulate.presets import DatasetSpec, Preset, get_preset
@@ -47,6 +54,45 @@ from hpcvar.simulate.truth import TruthRecorder
 from hpcvar.util.progress import Progress
 
 FAILURE_RATE = 0.02  # share of our runs that fail (node failure / timeout) and must not be collated
+
+#: A run's file writes, in order: ``(function, args, kwargs)``; the manifest comes last.
+Writes = list[tuple[Callable, tuple, dict]]
+
+
+def _write_run(writes: Writes) -> None:
+    for function, args, kwargs in writes:
+        function(*args, **kwargs)
+
+
+class _RunWrites:
+    """Our runs' files: written at once (``workers`` <= 1), or handed to ``workers`` forked
+    processes, a run's files in one process and in order (its manifest, which checksums them,
+    last). At most two runs per process wait, so memory holds a few runs' data whatever the
+    campaign's size; :meth:`finish` waits for the rest and raises a writer's error."""
+
+    def __init__(self, workers: int):
+        self.pool = None if workers <= 1 else ProcessPoolExecutor(
+            max_workers=workers, mp_context=multiprocessing.get_context("fork"))
+        self.limit = 2 * workers
+        self.pending: deque[Future] = deque()
+
+    def __call__(self, writes: Writes) -> None:
+        if self.pool is None:
+            _write_run(writes)
+            return
+        self.pending.append(self.pool.submit(_write_run, writes))
+        while len(self.pending) > self.limit:
+            self.pending.popleft().result()
+
+    def finish(self) -> None:
+        while self.pending:
+            self.pending.popleft().result()
+
+    def close(self) -> None:
+        if self.pool is not None:
+            for future in self.pending:
+                future.cancel()
+            self.pool.shutdown(wait=True, cancel_futures=True)
 
 
 class RefusedOutput(ValueError):
@@ -72,8 +118,8 @@ class _Campaign:
     our runs simulated and written, the system-wide files and the truth. One random stream drives
     it all, in that order (the microbenchmark runs have their own)."""
 
-    def __init__(self, p: Preset, seed: int, out: Path):
-        self.p, self.seed, self.out = p, seed, out
+    def __init__(self, p: Preset, seed: int, out: Path, workers: int = 1):
+        self.p, self.seed, self.out, self.workers = p, seed, out, workers
         self.rng = np.random.default_rng(seed)
         self.topo = build_topology(p)
         self.t0 = pd.Timestamp(p.start, tz="UTC").timestamp()
@@ -102,21 +148,26 @@ class _Campaign:
         windows = []
         bar = Progress("simulate", len(ours), stream=None) if progress else None
         perflog_records: dict[str, list[dict]] = {}
-        for job in ours.itertuples():
-            ds = specs[job.dataset]
-            start, end, perflog = self.simulate_one(job, ds, profiles[ds.name])
-            windows.append((start - p.ldms_margin_s, end + p.ldms_margin_s))
-            if perflog is not None:
-                perflog_records.setdefault(ds.app, []).append(perflog)
-            if bar:
-                bar.step()
-        writers.write_perflogs(out / PERFLOGS_DIR, p.system, perflog_records)
-        writers.write_ldms(out / writers.LDMS_STORE, self.topo, p.ldms_sys_routers, windows, p.ldms_interval,
-                           self.io, lambda t: self.background.load(t, len(self.topo.table)), self.rng)
-        microbenchmarks = None
-        if p.microbenchmark_nodes > 0:
-            upgrade_t = self.t0 + p.upgrade_day * 86400 if 0 <= p.upgrade_day < p.days else None
-            microbenchmarks = MicrobenchmarkRuns(self, jobs, self.seed).run(self.write_sacct, upgrade_t)
+        self.write_run = _RunWrites(self.workers)
+        try:
+            for job in ours.itertuples():
+                ds = specs[job.dataset]
+                start, end, perflog = self.simulate_one(job, ds, profiles[ds.name])
+                windows.append((start - p.ldms_margin_s, end + p.ldms_margin_s))
+                if perflog is not None:
+                    perflog_records.setdefault(ds.app, []).append(perflog)
+                if bar:
+                    bar.step()
+            writers.write_perflogs(out / PERFLOGS_DIR, p.system, perflog_records)
+            writers.write_ldms(out / writers.LDMS_STORE, self.topo, p.ldms_sys_routers, windows, p.ldms_interval,
+                               self.io, lambda t: self.background.load(t, len(self.topo.table)), self.rng)
+            microbenchmarks = None
+            if p.microbenchmark_nodes > 0:
+                upgrade_t = self.t0 + p.upgrade_day * 86400 if 0 <= p.upgrade_day < p.days else None
+                microbenchmarks = MicrobenchmarkRuns(self, jobs, self.seed).run(self.write_run, upgrade_t)
+            self.write_run.finish()
+        finally:
+            self.write_run.close()
         return self.truth.write(out, p, self.seed, self.users, microbenchmarks)
 
     def simulate_one(self, job, ds: DatasetSpec, profile: np.ndarray) -> tuple[float, float, dict | None]:
@@ -145,38 +196,44 @@ class _Campaign:
         run_dir.mkdir()
         nranks = ds.nodes * p.ranks_per_node
         steps = list(zip(res.step_start[:n_written], res.step_end[:n_written]))
-        writers.write_stdout(run_dir / STDOUT, ds.app, steps, nranks, complete=not failed)
-        counter_files.write(run_dir / COUNTERS, np.arange(1, n_written + 1),
-                            {k: v[:n_written] for k, v in res.counters.items()},
-                            comment=f"AriesNCL via PAPI, summed over {place['num_routers']} routers")
+        writes: Writes = [
+            (writers.write_stdout, (run_dir / STDOUT, ds.app, steps, nranks), {"complete": not failed}),
+            (counter_files.write, (run_dir / COUNTERS, np.arange(1, n_written + 1),
+                                   {k: v[:n_written] for k, v in res.counters.items()}),
+             {"comment": f"AriesNCL via PAPI, summed over {place['num_routers']} routers"})]
         self._seen[ds.name] = self._seen.get(ds.name, -1) + 1
         if not failed and self._seen[ds.name] % max(round(1 / p.mpip_fraction), 1) == 0:
-            writers.write_mpip(run_dir, ds, job.job_id, nodes, p.ranks_per_node, res, job.start, end, rng)
+            path, report = writers.mpip_report(run_dir, ds, job.job_id, nodes, p.ranks_per_node, res, job.start,
+                                               end, rng)
+            writes.append((mpip_files.write, (path,), report))
         node_list = writers.hostlist(nodes)
-        self.write_sacct(run_dir / SACCT, job, nodes, node_list, end, state)
-        write_manifest(run_dir, {
+        writes.append(self.sacct_write(run_dir / SACCT, job, nodes, node_list, end, state))
+        writes.append((write_manifest, (run_dir, {
             "run_id": run_id, "system": p.system, "app": ds.app, "dataset": ds.name, "input": ds.input,
             "num_nodes": ds.nodes, "job_id": job.job_id, "test": writers.TEST_NAMES[ds.app],
             "software": writers.APP_VERSIONS[ds.app], "container": None,
             "submit": float(job.submit), "start": float(job.start), "end": end,
-            "node_list": node_list, "state": state})
+            "node_list": node_list, "state": state}), {}))
+        self.write_run(writes)
         self.truth.add_run(run_id, ds, profile, res, frag, self.io, n_written, failed,
                            [near.strongest_culprit(t) for t in res.step_start[:n_written]])
         perflog = None if failed else writers.perflog_record(
             ds, p.system, job.job_id, nranks, end, float(res.step_end[-1] - res.step_start[0]), len(profile))
         return float(res.step_start[0]), end, perflog
 
-    def write_sacct(self, path: Path, job, nodes, node_list: str, end: float, state: str) -> None:
-        """The sacct of our ``job`` (``job_id``, ``job_name``, ``submit``, ``start``, ``nodes``) on
-        ``nodes``, ending at ``end`` in ``state``, and of the other users' jobs in its window."""
+    def sacct_write(self, path: Path, job, nodes, node_list: str, end: float, state: str) -> tuple:
+        """The write of the sacct of our ``job`` (``job_id``, ``job_name``, ``submit``, ``start``,
+        ``nodes``) on ``nodes``, ending at ``end`` in ``state``, and of the other users' jobs in its
+        window: ``(function, args, kwargs)``."""
         ours = {"job_id": job.job_id, "job_name": job.job_name, "user": self.p.campaign_user, "uid": CAMPAIGN_UID,
                 "account": CAMPAIGN_ACCOUNT, "submit": job.submit, "start": job.start, "end": end,
                 "state": state, "nodes": int(job.nodes), "node_list": node_list}
-        writers.write_sacct(path, self.background.window(job.start, end), ours, batch_node=nodes[0])
+        return writers.write_sacct, (path, self.background.window(job.start, end), ours), {"batch_node": nodes[0]}
 
 
 def simulate(preset: str | Preset = "demo", seed: int = 0, out: str | Path = "results/raw",
-             overrides: dict | None = None, progress: bool = True) -> dict:
-    """Generate a campaign's raw files under ``out`` (replacing it); returns the truth dict."""
+             overrides: dict | None = None, progress: bool = True, workers: int = 1) -> dict:
+    """Generate a campaign's raw files under ``out`` (replacing it); returns the truth dict.
+    ``workers`` processes write our runs' files (the same files at any count)."""
     p = preset if isinstance(preset, Preset) else get_preset(preset, overrides)
-    return _Campaign(p, seed, Path(out)).run(progress)
+    return _Campaign(p, seed, Path(out), workers).run(progress)

@@ -22,6 +22,8 @@ the run's window and the manifest.
 from __future__ import annotations
 
 import types
+from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -122,7 +124,9 @@ class MicrobenchmarkRuns:
         b = (n_c / n_t) * (n_c / n_a) * 100 if n_a else 0.0
         return load, {"b": b, "n_a": n_a, "n_c": n_c, "n_t": n_t}
 
-    def run(self, write_sacct, upgrade_t: float | None) -> dict:
+    def run(self, write_run: Callable[[list], None], upgrade_t: float | None) -> dict:
+        """Every run of the campaign's microbenchmark; ``write_run`` writes a run's files (the
+        campaign's :class:`~hpcvar.simulate._RunWrites`, given each run's writes in order)."""
         p, rng = self.p, self.rng
         topo_nodes = self.c.topo.table["node"].to_numpy()
         records = []
@@ -138,7 +142,7 @@ class MicrobenchmarkRuns:
                 load, sched = self.load(start)
                 upgraded = upgrade_t is not None and start >= upgrade_t
                 job_id = str(2_000_000 + len(records))
-                rec = self.write_run(job_id, start, topo_nodes[idx], cls, load, upgraded, write_sacct)
+                rec = self.one_run(job_id, start, topo_nodes[idx], cls, load, upgraded, write_run)
                 records.append({**rec, "wanted": wanted, "load": load, **sched, "upgraded": upgraded})
         return {"dataset": self.name, "app": DATASET_APP, "nodes": p.microbenchmark_nodes,
                 "operations": [f"{o}_{s}B" for o, s in BASE_US],
@@ -152,7 +156,8 @@ class MicrobenchmarkRuns:
                     "affects": [self.name]},
                 "runs": records}
 
-    def write_run(self, job_id, start, nodes, cls, load, upgraded, write_sacct) -> dict:
+    def one_run(self, job_id, start, nodes, cls, load, upgraded, write_run) -> dict:
+        """One run: its latencies drawn, its files handed to ``write_run``; its truth record."""
         p, rng = self.p, self.rng
         rows, stdout = [], []
         for op in self.operations:
@@ -170,21 +175,23 @@ class MicrobenchmarkRuns:
         run_id = f"{p.system}-{job_id}"
         run_dir = self.c.out / RUNS_DIR / run_id
         run_dir.mkdir()
-        microbenchmarks.write_collectives(run_dir / DATA_FILE, frame, hosts=list(nodes),
-                                          start_epoch=start + 10.0, mpi_library=MPI_LIBRARY)
         stdout.append(f"hpcvar-collectives: done rows={len(frame)} file={DATA_FILE}")
-        (run_dir / STDOUT).write_text("\n".join(stdout) + "\n")
         job = types.SimpleNamespace(job_id=job_id, job_name=f"Collectives_{len(nodes)}",
                                     submit=start - rng.uniform(5, 120), start=start, nodes=len(nodes))
         node_list = hostlist(nodes)
-        write_sacct(run_dir / SACCT, job, nodes, node_list, end, "COMPLETED")
-        write_manifest(run_dir, {
-            "run_id": run_id, "system": p.system, "app": DATASET_APP, "dataset": self.name, "kind": "microbenchmark",
-            "input": f"-s {','.join(map(str, self.sizes))} -i {p.microbenchmark_iterations} "
-                     f"-c {','.join(self.operations)}",
-            "num_nodes": len(nodes), "job_id": job_id, "test": f"Collectives %num_nodes={len(nodes)}",
-            "software": "hpcvar-collectives 1", "container": None, "submit": float(job.submit),
-            "start": float(start), "end": float(end), "node_list": node_list,
-            "state": "COMPLETED"})
+        write_run([
+            (microbenchmarks.write_collectives, (run_dir / DATA_FILE, frame),
+             {"hosts": list(nodes), "start_epoch": start + 10.0, "mpi_library": MPI_LIBRARY}),
+            (Path.write_text, (run_dir / STDOUT, "\n".join(stdout) + "\n"), {}),
+            self.c.sacct_write(run_dir / SACCT, job, nodes, node_list, end, "COMPLETED"),
+            (write_manifest, (run_dir, {
+                "run_id": run_id, "system": p.system, "app": DATASET_APP, "dataset": self.name,
+                "kind": "microbenchmark",
+                "input": f"-s {','.join(map(str, self.sizes))} -i {p.microbenchmark_iterations} "
+                         f"-c {','.join(self.operations)}",
+                "num_nodes": len(nodes), "job_id": job_id, "test": f"Collectives %num_nodes={len(nodes)}",
+                "software": "hpcvar-collectives 1", "container": None, "submit": float(job.submit),
+                "start": float(start), "end": float(end), "node_list": node_list,
+                "state": "COMPLETED"}), {})])
         return {"run_id": run_id, "start": pd.Timestamp(start, unit="s", tz="UTC").isoformat(),
                 "locality_dfplus": cls}

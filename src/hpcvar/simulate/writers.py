@@ -6,7 +6,7 @@ and goes through the parser module that reads the format back (:mod:`hpcvar.pars
 - :func:`write_sacct`: a run's ``sacct --allusers -P`` over its window;
 - :func:`perflog_record`, :func:`write_perflogs`: ReFrame perflogs, one record per run;
 - :func:`write_stdout`: the application's timestamped output;
-- :func:`write_mpip`: an mpiP report with per-rank times;
+- :func:`mpip_report`: an mpiP report with per-rank times (what :func:`hpcvar.parsers.mpip.write` writes);
 - :func:`write_ldms`: the LDMS store of system-wide router counters, sampled around our runs.
 
 Node lists are Slurm's compressed host lists (:func:`nid_hostlist`).
@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from hpcvar.data.rawlayout import MPIP_SUFFIX
-from hpcvar.parsers import apps, ldms, mpip, reframe, sacct
+from hpcvar.parsers import apps, ldms, reframe, sacct
 from hpcvar.simulate import model
 from hpcvar.simulate.presets import DatasetSpec
 from hpcvar.system.topology import Topology
@@ -129,9 +129,10 @@ def write_stdout(path: Path, app: str, steps: list, nranks: int, complete: bool)
         path.write_text("".join(lines[: max(1, int(len(lines) * 0.7))]))
 
 
-def write_mpip(run_dir: Path, ds: DatasetSpec, job_id: str, nodes, ranks_per_node: int, res: model.RunResult,
-               start: float, end: float, rng: np.random.Generator) -> None:
-    """mpiP report with per-rank times: the run's MPI time split over ranks and routines."""
+def mpip_report(run_dir: Path, ds: DatasetSpec, job_id: str, nodes, ranks_per_node: int, res: model.RunResult,
+                start: float, end: float, rng: np.random.Generator) -> tuple[Path, dict]:
+    """An mpiP report with per-rank times, the run's MPI time split over ranks and routines:
+    its path and :func:`hpcvar.parsers.mpip.write`'s keyword arguments (the random draws made)."""
     nranks = ds.nodes * ranks_per_node
     app = (res.compute_s + res.mpi_s) * rng.normal(1, 0.002, nranks)
     share = rng.dirichlet(np.full(nranks, 400.0)) * nranks  # mean 1 per rank
@@ -139,11 +140,11 @@ def write_mpip(run_dir: Path, ds: DatasetSpec, job_id: str, nodes, ranks_per_nod
     counts = {r: np.full(nranks, len(res.step_start) * CALLS_PER_STEP.get(r, 50)) for r in res.routines}
     when = lambda t: pd.Timestamp(round(t), unit="s", tz="UTC").to_pydatetime()  # noqa: E731
     pid = int(job_id) % 90000 + 10000
-    mpip.write(run_dir / f"{ds.app}.{nranks}.{pid}.1{MPIP_SUFFIX}",
-               command=f"./{ds.app} {ds.input}", hosts=np.repeat(nodes, ranks_per_node).tolist(),
-               app_time_s=app.tolist(), routine_time_s={k: v.tolist() for k, v in times.items()},
-               routine_count={k: v.tolist() for k, v in counts.items()}, start=when(start),
-               stop=when(end), pid=pid)
+    return run_dir / f"{ds.app}.{nranks}.{pid}.1{MPIP_SUFFIX}", {
+        "command": f"./{ds.app} {ds.input}", "hosts": np.repeat(nodes, ranks_per_node).tolist(),
+        "app_time_s": app.tolist(), "routine_time_s": {k: v.tolist() for k, v in times.items()},
+        "routine_count": {k: v.tolist() for k, v in counts.items()}, "start": when(start), "stop": when(end),
+        "pid": pid}
 
 
 def write_ldms(store: Path, topo: Topology, sys_routers: int, windows: list[tuple[float, float]], interval: float,
