@@ -84,7 +84,10 @@ class Neighbours:
         on = (self.start <= t) & (self.end > t) & (self.strength > 0)
         if not on.any():
             return None
-        per_user = pd.Series(self.strength[on]).groupby(self.user[on]).sum()
+        users = self.user[on]
+        if (users == users[0]).all():  # one culprit's jobs: no sums to compare
+            return str(users[0])
+        per_user = pd.Series(self.strength[on]).groupby(users).sum()
         return str(per_user.idxmax())
 
 
