@@ -105,6 +105,7 @@ rule compare:
         f"{RESULTS}/logs/compare.log",
     benchmark:
         f"{RESULTS}/benchmarks/compare.tsv",
+    priority: PRIORITY_LONG
     conda:
         "../envs/hpcvar.yaml"
     shell:

@@ -26,7 +26,7 @@ checkpoint collate:
         f"{RESULTS}/benchmarks/collate.tsv",
     # The runs' files are read by one process per thread (`--workers`).
     threads: lambda wildcards: local_cores()
-    priority: 1
+    priority: PRIORITY_CHAIN
     conda:
         "../envs/hpcvar.yaml"
     shell:

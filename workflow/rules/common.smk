@@ -105,15 +105,23 @@ def analysis_workers(wildcards, threads):
     return f" --set=workers={threads}" if ANALYSES[wildcards.analysis].spreads else ""
 
 
+# Job priorities. Snakemake starts, of the ready jobs, the set that fits the cores with the largest
+# sum of priorities. The longest chain goes first: the simulator and collation (each on every
+# core), the analyses that spread over every core (the forecaster, explain), and those another
+# analysis reads (deviation and neighbourhood, before explain). Next come the longest one-core
+# jobs that only the report waits for, the interference experiment and compare (12 and 10 s of
+# the demo's main job, 12 and 26 s of the paper preset's). They run beside deviation, and the
+# short ones after it, so that both cores come free together for explain. Started after
+# deviation, they kept explain waiting on one core.
+PRIORITY_SPREAD, PRIORITY_CHAIN, PRIORITY_LONG = 100, 2, 1
+
+
 def analysis_priority(wildcards):
-    """The analyses that spread their datasets over processes (the forecaster, the longest, and
-    explain, the last) start first once their inputs are there, then those another analysis reads
-    (deviation and neighbourhood, before explain): they lie on the longest chain of jobs, so
-    starting them before the others shortens the run. Snakemake's scheduler maximises the sum of
-    the priorities of the jobs it starts together: the first's outweighs any set of the others'."""
+    """:data:`PRIORITY_SPREAD` for an analysis that spreads its datasets over processes,
+    :data:`PRIORITY_CHAIN` for one another analysis reads, 0 for the others."""
     if ANALYSES[wildcards.analysis].spreads:
-        return 100
-    return 1 if any(wildcards.analysis in a.reads for a in ANALYSES.values()) else 0
+        return PRIORITY_SPREAD
+    return PRIORITY_CHAIN if any(wildcards.analysis in a.reads for a in ANALYSES.values()) else 0
 
 
 def fanned_out_input(wildcards):

@@ -18,6 +18,7 @@ if INTERFERENCE["experiment"] and INTERFERENCE["mode"] == "simulate":
             f"{RESULTS}/logs/interference.log",
         benchmark:
             f"{RESULTS}/benchmarks/interference.tsv",
+        priority: PRIORITY_LONG
         conda:
             "../envs/hpcvar.yaml"
         shell:

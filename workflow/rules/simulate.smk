@@ -17,10 +17,9 @@ if config["source"] == "simulate":
         benchmark:
             f"{RESULTS}/benchmarks/simulate.tsv",
         # The runs' files are written by one process per thread (`--workers`); simulation and
-        # collation go first (`priority`), before the interference experiment, which only the
-        # report reads and which then runs beside the analyses.
+        # collation go first (common.smk, PRIORITY_CHAIN), before the interference experiment.
         threads: lambda wildcards: local_cores()
-        priority: 1
+        priority: PRIORITY_CHAIN
         conda:
             "../envs/hpcvar.yaml"
         shell:
