@@ -13,7 +13,9 @@ revision and on the current working tree, each in a copy of its own with the sam
 
 Exit status 0 when everything agrees, 1 with a list of the differences otherwise. Each main
 job's wall time and job count are printed as it ends, then both and each job's (from
-Snakemake's log) side by side with their ratio.
+Snakemake's log) side by side with their ratio, and each main job's CPU time (Snakemake and
+every process under it, user and system) with the share of the two cores' time it kept busy:
+a main job that keeps both cores busy is faster only with less work.
 
 ``--mape-points P`` compares a change that is allowed to move the models' errors (a model
 setting): forecast and deviation MAPEs (keys and columns named ``mape*``, and the report's
@@ -34,6 +36,7 @@ import html
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -101,20 +104,37 @@ def job_spans(log: str) -> dict:
     return spans
 
 
+CORES = 2  # the main job's --cores, as README runs it
+
+
+def children_cpu() -> float:
+    """User and system CPU seconds of this process's children that have ended and been waited
+    for, and of theirs (each process's own waited-for children are counted in it when it is
+    waited for): Snakemake's jobs and the worker processes under them."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def main_job(tree: Path) -> Path:
     env = {**os.environ, "PYTHONPATH": str(tree / "src"), "HPCVAR_SALT": SALT}
     env.pop("MLFLOW_TRACKING_URI", None)
     snakemake = Path(sys.executable).with_name("snakemake")
     print(f"main job in {tree} ...", flush=True)
-    t0 = time.perf_counter()
-    out = subprocess.run([str(snakemake), "--cores", "2"], cwd=tree, env=env, capture_output=True, text=True)
+    t0, cpu0 = time.perf_counter(), children_cpu()
+    out = subprocess.run([str(snakemake), "--cores", str(CORES)], cwd=tree, env=env, capture_output=True, text=True)
     if out.returncode != 0:
         raise SystemExit(f"the main job failed in {tree}:\n{out.stderr[-3000:]}")
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, children_cpu() - cpu0
     done = re.findall(r"(\d+) of (\d+) steps \(100%\) done", out.stderr)
-    print(f"  {wall:.0f} s wall, {done[-1][1] if done else '?'} jobs", flush=True)
-    (tree / "main_job.json").write_text(json.dumps({"wall_s": wall, "rules_s": rule_times(out.stderr)}))
+    print(f"  {wall:.0f} s wall, {cpu:.0f} s CPU ({busy(cpu, wall)} of {CORES} cores' time busy), "
+          f"{done[-1][1] if done else '?'} jobs", flush=True)
+    (tree / "main_job.json").write_text(json.dumps({"wall_s": wall, "cpu_s": cpu, "rules_s": rule_times(out.stderr)}))
     return tree / "results"
+
+
+def busy(cpu: float, wall: float) -> str:
+    """The share of the cores' time (``CORES`` x wall) that ``cpu`` seconds kept busy."""
+    return f"{100 * cpu / (CORES * wall):.0f}%"
 
 
 def print_times(before: Path, after: Path) -> None:
@@ -122,6 +142,10 @@ def print_times(before: Path, after: Path) -> None:
     b, a = (json.loads((p.parent / "main_job.json").read_text()) for p in (before, after))
     print(f"{'':34s} {'before':>8s} {'after':>8s} {'ratio':>6s}")
     print(f"{'main job (wall)':34s} {b['wall_s']:8.0f} {a['wall_s']:8.0f} {a['wall_s'] / b['wall_s']:6.2f}")
+    if "cpu_s" in b and "cpu_s" in a:
+        print(f"{'main job (CPU, user + system)':34s} {b['cpu_s']:8.0f} {a['cpu_s']:8.0f} {a['cpu_s'] / b['cpu_s']:6.2f}")
+        print(f"{f'cores busy (of {CORES} x wall)':34s} {busy(b['cpu_s'], b['wall_s']):>8s} "
+              f"{busy(a['cpu_s'], a['wall_s']):>8s}")
     for name in sorted(set(b["rules_s"]) | set(a["rules_s"])):
         x, y = b["rules_s"].get(name), a["rules_s"].get(name)
         ratio = f"{y / x:6.2f}" if x and y else ""

@@ -150,6 +150,25 @@ def test_invalid_config_is_rejected_with_the_key():
     assert "huge" in text and "preset" in text and "is not one of" in text
 
 
+def test_the_main_job_comparison_counts_the_cpu_of_every_process_under_it():
+    """benchmarks/compare_main_job.py reports the main job's CPU as that of every process under
+    Snakemake: a job's worker processes (the forecaster's, the simulator's) are grandchildren."""
+    import subprocess
+    import sys
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from compare_main_job import busy, children_cpu
+
+    grandchild = ("import time\nwhile time.process_time() < 0.4:\n    pass\nprint(time.process_time())")
+    child = f"import subprocess, sys\nprint(subprocess.run([sys.executable, '-c', {grandchild!r}], " \
+            "capture_output=True, text=True, check=True).stdout)"
+    before = children_cpu()
+    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, check=True)
+    spent = children_cpu() - before
+    assert spent >= float(out.stdout) >= 0.4, (spent, out.stdout)
+    assert busy(150.0, 79.0) == "95%" and busy(79.0, 79.0) == "50%"
+
+
 def test_main_job_end_to_end(main_job):
     workdir, out = main_job.workdir, main_job.result
     assert out.returncode == 0, out.stderr[-3000:]
