@@ -121,6 +121,18 @@ def test_unknown_preset_field_is_refused(tmp_path):
     assert out.returncode != 0 and "unknown preset fields" in out.stderr
 
 
+@pytest.mark.parametrize("command", ["simulate", "collate"])
+@pytest.mark.parametrize("workers", ["0", "-2", "two"])
+def test_a_process_count_below_one_is_refused_before_anything_is_written(tmp_path, command, workers):
+    """``--workers 0`` or a negative count is not taken as the default or as one process: the
+    command stops, naming the option, and writes nothing."""
+    args = ["--preset", "demo"] if command == "simulate" else [tmp_path / "raw"]
+    out = run(command, *args, "--out", tmp_path / "out", "--workers", workers)
+    assert out.returncode == 2 and "argument --workers:" in out.stderr, out.stderr
+    assert ("give 1 or more" if workers != "two" else "invalid int value: 'two'") in out.stderr
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("table", ["runs", "steps", "step_counters", "system_counters", "mpi_profile",
                                    "neighbourhood"])
 def test_schema_doc_is_current(table):

@@ -18,6 +18,17 @@ def _kv(items: list[str]) -> dict:
     return out
 
 
+def _processes(text: str) -> int:
+    """``--workers N``: a count of processes, at least 1 (argparse names the option when not)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{n} processes: give 1 or more (leave the option out for one per usable core)")
+    return n
+
+
 def cmd_simulate(a) -> int:
     from hpcvar.simulate import RefusedOutput, simulate
     from hpcvar.util.cores import usable_cores
@@ -534,7 +545,7 @@ def _commands(command: str | None = None) -> argparse.ArgumentParser:
     s.add_argument("--out", required=True, help="raw campaign directory to (re)create")
     s.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="override a preset field, e.g. --set days=30 (repeatable)")
-    s.add_argument("--workers", type=int, default=None, metavar="N",
+    s.add_argument("--workers", type=_processes, default=None, metavar="N",
                    help="processes writing the runs' files (default: one per usable core; the files are the "
                         "same at any count)")
     s.set_defaults(func=cmd_simulate)
@@ -554,7 +565,7 @@ def _commands(command: str | None = None) -> argparse.ArgumentParser:
     s.add_argument("--summary", help="also write the text summary to this file")
     s.add_argument("--rebuild", action="store_true",
                    help="empty the dataset first and collate everything again (e.g. after re-simulating)")
-    s.add_argument("--workers", type=int, default=None, metavar="N",
+    s.add_argument("--workers", type=_processes, default=None, metavar="N",
                    help="processes reading the runs' files (default: one per usable core; the dataset is "
                         "the same at any count)")
     s.set_defaults(func=cmd_collate)
