@@ -1,4 +1,5 @@
-"""The forecast's datasets spread over processes (``workers``): the numbers of one process.
+"""The forecast's datasets spread over processes (``workers``): the numbers of one process; and
+benchmarks/bench_forecast_floor.py's forecasts with parts of the work left out.
 
 Not in tests/test_forecast.py: that module's own ``campaign`` fixture (the forecasting campaign
 per seed) shadows conftest's, the small demo campaign this test wants."""
@@ -6,6 +7,7 @@ per seed) shadows conftest's, the small demo campaign this test wants."""
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -73,3 +75,43 @@ def test_each_dataset_is_logged_as_it_is_done_and_a_failure_leaves_no_run(campai
     active = client.search_runs([exp.experiment_id], run_view_type=ViewType.ACTIVE_ONLY, max_results=50_000)
     parents = [r for r in active if "mlflow.parentRunId" not in r.data.tags]
     assert sorted(r.data.tags["hpcvar.dataset"] for r in parents) == sorted(result.datasets)
+
+
+@pytest.mark.slow
+def test_the_floor_benchmark_leaves_out_what_it_says_and_nothing_else(campaign, tmp_path):
+    """benchmarks/bench_forecast_floor.py times the forecaster with parts of its work left out: it
+    runs the main job's settings (the results' config.yaml), and its variants leave out the grid's
+    LightGBM fits and the MLflow logging, each alone, and keep the attention networks."""
+    import json
+    import sys
+
+    import mlflow
+    import yaml
+
+    from hpcvar.analyses.forecast.models import TRAINERS
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from bench_forecast_floor import run
+
+    c = campaign("demo", 3, 2)
+    results = tmp_path / "results"
+    (results / "raw").mkdir(parents=True)
+    (results / "dataset").symlink_to(c.dataset)
+    (results / "raw" / "truth.json").symlink_to(c.raw / "truth.json")
+    (results / "config.yaml").write_text(yaml.safe_dump({"analyses": {"forecast": {
+        "ensemble": 1, "max_epochs": 2, "patience": 1, "feature_sets": ["job"], "datasets": ["amg-128"],
+        "grid": {"amg": {"m": [3], "k": [5]}}, "importance_repeats": 1}}}))
+    for leave_out in ("", "lightgbm", "mlflow"):
+        where = tmp_path / (leave_out or "all")
+        where.mkdir()
+        assert run(results, leave_out, 1, where) > 0
+        summary = json.loads((where / "forecast" / "summary.json").read_text())
+        assert list(summary["datasets"]) == ["amg-128"]  # the results' config.yaml, not the defaults
+        models = {row["model"] for row in summary["datasets"]["amg-128"]["grid"]}
+        assert "attention" in models
+        assert (set(TRAINERS) <= models) == (leave_out != "lightgbm"), (leave_out, models)
+        client = mlflow.MlflowClient(f"sqlite:///{where / 'mlflow.db'}")
+        experiment = client.get_experiment_by_name("hpcvar-forecast")
+        logged = client.search_runs([experiment.experiment_id]) if experiment else []
+        assert bool(logged) == (leave_out != "mlflow"), leave_out
+    assert not (results / "dataset" / "mlflow.db").exists() and not (results / "mlflow.db").exists()
