@@ -54,7 +54,11 @@ VARIANTS = {"as it is": "", "no LightGBM": "lightgbm", "no MLflow": "mlflow", "n
 def forecast_command(results: Path, out: Path, workers: int) -> list[str]:
     """``hpcvar forecast`` with the main job's settings (its effective config.yaml)."""
     config = yaml.safe_load((results / "config.yaml").read_text())
-    settings = {**config["analyses"]["forecast"], "workers": workers}
+    forecast = (config.get("analyses") or {}).get("forecast") if isinstance(config, dict) else None
+    if not isinstance(forecast, dict):
+        raise SystemExit(f"bench_forecast_floor: {results / 'config.yaml'}: no 'analyses: forecast:' settings "
+                         "(the effective configuration a main job writes)")
+    settings = {**forecast, "workers": workers}
     return ["forecast", str(results / "dataset"), "--out", str(out), "--truth", str(results / "raw" / "truth.json"),
             *(f"--set={key}={json.dumps(value)}" for key, value in settings.items())]
 
