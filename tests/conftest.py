@@ -396,6 +396,12 @@ def testbed():
 
     if os.geteuid() != 0:
         pytest.fail("the testbed needs root")
+    # Every node has a /tmp of its own: jobs started from a checkout (or its .venv) under /tmp find
+    # nothing there, and the tests would fail deep in a Slurm log ("python: not found").
+    for what, path in (("this checkout", REPO), ("its Python environment", sys.prefix)):
+        reason = tb.node_local_reason(path)
+        if reason:
+            pytest.fail(f"the testbed's tests run {what} on the nodes: {reason}")
     t0 = time.monotonic()
     up = subprocess.run([sys.executable, "-m", "hpcvar", "dev", "slurm", "up", "--nodes", "6", "--groups", "2",
                          "--link-etc", *(a for u in TESTBED_USERS for a in ("--extra-user", u))],

@@ -326,6 +326,23 @@ def test_a_campaign_round_checks_its_images_and_paths_before_starting_reframe(tm
         "amgproxy"]
 
 
+def test_on_the_testbed_a_round_from_an_environment_under_tmp_is_refused(monkeypatch):
+    """The nodes run the environment's own `hpcvar` (the counter sampler; the workflow's jobs under
+    the Slurm profile): from a virtual environment under /tmp, a node finds its own empty /tmp and
+    the job fails with "not found" in a Slurm log. Refused before the round, naming it."""
+    from hpcvar.campaign import rounds
+
+    monkeypatch.setattr(rounds.sys, "prefix", "/tmp/hpcvar-clone/.venv")
+    with pytest.raises(SystemExit) as info:
+        rounds.preflight("testbed", [Path("/var/tmp/hpcvar-prefix")], None, [], {})
+    message = str(info.value)
+    assert "refused on the testbed" in message and "Python environment of hpcvar" in message
+    assert "/tmp/hpcvar-clone/.venv is under /tmp" in message
+    rounds.preflight("local", [], None, [], {})  # this machine's own jobs see its /tmp: no check
+    monkeypatch.setattr(rounds.sys, "prefix", "/var/tmp/hpcvar-clone/.venv")
+    rounds.preflight("testbed", [Path("/var/tmp/hpcvar-prefix")], None, [], {})
+
+
 # --- comparing images ------------------------------------------------------------------------------
 
 def test_a_comparison_side_can_be_an_image_bare_metal_or_a_range_with_an_image(tmp_path):

@@ -169,8 +169,10 @@ def run_round(report: str | Path, *, config: str, system: str, checks: list[str]
 
 def preflight(system: str, paths: list[Path], image: str | None, tests: list[str], env: dict) -> None:
     """What would fail every job of the round, refused before anything is submitted: on the
-    testbed, paths under /tmp (each node has its own); images that are missing, changed since
-    their build, or that this machine cannot run (SystemExit naming the path and the fix)."""
+    testbed, paths under /tmp (each node has its own), the Python environment of this hpcvar
+    among them (the nodes run its `hpcvar sample`, and the workflow's jobs its `hpcvar`); images
+    that are missing, changed since their build, or that this machine cannot run (SystemExit
+    naming the path and the fix)."""
     from hpcvar.dev.testbed import node_local_reason
 
     if system == "testbed":
@@ -178,6 +180,10 @@ def preflight(system: str, paths: list[Path], image: str | None, tests: list[str
             reason = node_local_reason(path)
             if reason:
                 raise SystemExit(f"campaign round: refused on the testbed: {reason}")
+        reason = node_local_reason(sys.prefix)
+        if reason:
+            raise SystemExit(f"campaign round: refused on the testbed: the Python environment of hpcvar, whose "
+                             f"`hpcvar` the nodes run (the counter sampler, the workflow's jobs): {reason}")
     if not image:
         return
     from hpcvar.containers import definition, runtime, store
