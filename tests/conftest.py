@@ -66,6 +66,8 @@ def pytest_configure(config):
     if not SAMPLES.is_dir():
         raise pytest.UsageError(f"the real sample outputs the tests read are not at {SAMPLES} (../shared/samples "
                                 "beside the checkout): set HPCVAR_SAMPLES to their directory")
+
+
 #: Upstream data files tests may compare against (../shared/data/README.md); tests skip without them.
 SHARED_DATA = Path(os.environ.get("HPCVAR_SHARED_DATA") or REPO.parent / "shared" / "data")
 
