@@ -21,6 +21,7 @@ passes them).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -66,8 +67,10 @@ def forecast_command(results: Path, out: Path, workers: int) -> list[str]:
 def run(results: Path, leave_out: str, workers: int, workdir: Path | None = None) -> float:
     """Seconds of one forecast leaving out ``leave_out`` ("lightgbm", "mlflow", both comma-separated,
     or nothing), run in ``workdir`` (its output and MLflow store; a temporary directory when None)."""
-    with tempfile.TemporaryDirectory(prefix="bench-forecast-floor-") as tmp:
-        where = Path(workdir or tmp)
+    scratch = (contextlib.nullcontext(workdir) if workdir
+               else tempfile.TemporaryDirectory(prefix="bench-forecast-floor-"))
+    with scratch as where:
+        where = Path(where)
         args = forecast_command(results, where / "forecast", workers)
         t0 = time.perf_counter()
         proc = subprocess.run([sys.executable, "-c", BOOTSTRAP, leave_out, *args], capture_output=True, text=True,
